@@ -1,0 +1,166 @@
+"""The generation engine: one target (and optionally a drafter) behind one API.
+
+The server's model worker is the only caller. `Engine.generate` yields the
+tokens of each decoding round (classic decode: one token per round), so the
+caller can stop after any token (stop strings, cancellation) and both paths
+emit exactly the same token stream for the same greedy request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+from drafter.sampling import (
+    SamplingParams,
+    TokenChooser,
+    has_penalties,
+    log_softmax,
+    token_logprobs,
+    top_alternatives,
+)
+
+PREFILL_STEP = 2048
+
+
+@dataclass
+class Token:
+    id: int
+    logprob: float
+    top_logprobs: dict[int, float] | None = None
+
+
+@dataclass
+class GenerationStats:
+    """Per-request speculative counters (all zero for classic decode)."""
+
+    block_size: int | None = None
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens emitted per round (accepted drafts + the bonus token)."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+
+def prefill(model: nn.Module, prompt: list[int], cache: list[Any]) -> mx.array:
+    """Run the prompt through the target; return the last row's logits (V,)."""
+    tokens = mx.array(prompt)
+    while tokens.size > PREFILL_STEP:
+        model(tokens[:PREFILL_STEP][None], cache=cache)
+        mx.eval([c.state for c in cache])
+        tokens = tokens[PREFILL_STEP:]
+    return model(tokens[None], cache=cache)[0, -1]
+
+
+def make_token(token: int, logprobs: mx.array, params: SamplingParams) -> Token:
+    if params.logprobs is None:
+        return Token(token, 0.0)
+    return Token(token, logprobs[token].item(), top_alternatives(logprobs, params.logprobs))
+
+
+def one_hot(token: mx.array, vocab: int) -> mx.array:
+    return (mx.arange(vocab) == token).astype(mx.float32)
+
+
+class Engine:
+    """Owns the loaded target, tokenizer and optional drafter; not thread-safe."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        model_id: str,
+        context_length: int,
+        drafter: Any | None = None,
+        block_size: int | None = None,
+    ):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.context_length = context_length
+        self.drafter = drafter
+        self.block_size = block_size
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return set(self.tokenizer.eos_token_ids)
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter is not None and self.block_size is not None
+
+    def generate(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        params: SamplingParams,
+        stats: GenerationStats | None = None,
+    ) -> Iterator[list[Token]]:
+        """Yield the tokens of each round; stops after max_tokens or an EOS token (yielded)."""
+        stats = stats if stats is not None else GenerationStats()
+        if self.speculative:
+            from drafter.speculative import speculative_generate
+
+            yield from speculative_generate(self, prompt, max_tokens, params, stats)
+        else:
+            yield from self.classic_generate(prompt, max_tokens, params)
+
+    def classic_generate(
+        self, prompt: list[int], max_tokens: int, params: SamplingParams
+    ) -> Iterator[list[Token]]:
+        """Plain autoregressive decode, pipelined like mlx-lm's generate_step:
+        the next step's graph is queued before the current token is read back."""
+        if max_tokens <= 0:
+            return
+        cache = make_prompt_cache(self.model)
+        chooser = TokenChooser(params)
+        vocab = self.vocab_size
+        counts = mx.zeros((vocab,), dtype=mx.float32) if has_penalties(params) else None
+
+        def step(logits: mx.array) -> tuple[mx.array, mx.array]:
+            logprobs = token_logprobs(logits, counts, params)
+            return chooser.choose(logprobs), logprobs
+
+        y, logprobs = step(prefill(self.model, prompt, cache))
+        mx.async_eval(y, logprobs)
+        for n in range(max_tokens):
+            if n + 1 < max_tokens:
+                if counts is not None:
+                    counts = counts + one_hot(y, vocab)
+                next_y, next_logprobs = step(self.model(y.reshape(1, 1), cache=cache)[0, -1])
+                mx.async_eval(next_y, next_logprobs)
+            token = y.item()
+            yield [make_token(token, logprobs, params)]
+            if token in self.eos_ids:
+                return
+            if n + 1 < max_tokens:
+                y, logprobs = next_y, next_logprobs
+
+    def score(self, prompt: list[int], top_n: int) -> list[Token | None]:
+        """Logprobs of each prompt token given its prefix (echo); the first has none."""
+        cache = make_prompt_cache(self.model)
+        rows = []
+        tokens = mx.array(prompt)
+        for start in range(0, len(prompt), PREFILL_STEP):
+            logits = self.model(tokens[start : start + PREFILL_STEP][None], cache=cache)[0]
+            rows.append(log_softmax(logits.astype(mx.float32)))
+        logprobs = mx.concatenate(rows, axis=0)
+        params = SamplingParams(logprobs=top_n)
+        scored: list[Token | None] = [None]
+        for i, token in enumerate(prompt[1:]):
+            scored.append(make_token(token, logprobs[i], params))
+        return scored
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.model.embed_tokens.weight.shape[0]
