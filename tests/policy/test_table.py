@@ -1,0 +1,119 @@
+"""The built-in table is data with evidence: every entry cites a committed record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from policy import (
+    QUANT_MODES,
+    TABLE,
+    Device,
+    PolicyError,
+    TableEntry,
+    entries_from_json,
+    entries_to_json,
+    find_entry,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def entry(**changes: object) -> TableEntry:
+    fields: dict[str, object] = {
+        "backend": "cuda",
+        "compute_capability": (9, 0),
+        "quantization": "nvfp4",
+        "drafter_kind": "dflash",
+        "width": 5,
+        "record": "docs/benchmark_results/h200.md",
+        "mlx_version": "0.32.4",
+        "remeasure_when": "MLX moves the qmv/qmm switch",
+    }
+    return TableEntry(**(fields | changes))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("table_entry", TABLE, ids=lambda e: e.describe_key())
+def test_every_table_entry_cites_a_committed_record_under_benchmark_results(
+    table_entry: TableEntry,
+) -> None:
+    assert table_entry.record.startswith("docs/benchmark_results/")
+    record = REPO / table_entry.record
+    assert record.is_file()
+    assert table_entry.mlx_version in record.read_text()
+
+
+@pytest.mark.parametrize("table_entry", TABLE, ids=lambda e: e.describe_key())
+def test_every_table_entry_says_when_to_remeasure(table_entry: TableEntry) -> None:
+    assert table_entry.remeasure_when.strip()
+    assert table_entry.mlx_version.strip()
+
+
+def test_the_table_is_seeded_with_exactly_the_gb10_affine_dflash_entry() -> None:
+    assert [(e.device, e.quantization, e.drafter_kind, e.width) for e in TABLE] == [
+        (Device("cuda", (12, 1)), "affine", "dflash", 4)
+    ]
+    assert TABLE[0].mlx_version == "81ba1c6a"
+
+
+def test_the_gb10_record_holds_the_published_figures() -> None:
+    text = (REPO / TABLE[0].record).read_text()
+    figures = ["58.23", "68.47", "70.31", "68.14", "58.29", "55.57", "49.38", "48.35", "41.91"]
+    figures += ["19.0", "24.5", "30.0", "40.8", "n = 3", "81ba1c6a"]
+    assert [figure for figure in figures if figure not in text] == []
+    assert "published GB10 sweep of Qwen3.5-4B 4-bit with its DFlash drafter" in text
+
+
+def test_no_two_table_entries_share_a_key() -> None:
+    keys = [(e.device, e.quantization, e.drafter_kind) for e in TABLE]
+    assert len(keys) == len(set(keys))
+
+
+def test_table_quantization_modes_are_known_ones() -> None:
+    assert all(e.quantization in (None, *QUANT_MODES) for e in TABLE)
+
+
+def test_find_entry_matches_device_quantization_and_kind_exactly() -> None:
+    h200 = entry()
+    assert find_entry([h200], Device("cuda", (9, 0)), "nvfp4", "dflash") == h200
+    assert find_entry([h200], Device("cuda", (9, 0)), "affine", "dflash") is None
+    assert find_entry([h200], Device("cuda"), "nvfp4", "dflash") is None
+
+
+def test_entries_round_trip_through_a_policy_file() -> None:
+    entries = (
+        entry(),
+        entry(backend="cpu", compute_capability=None, quantization=None, width=None),
+    )
+    assert entries_from_json(entries_to_json(entries)) == entries
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("{", "not valid JSON"),
+        ("[]", 'an "entries" list'),
+        ('{"entries": [3]}', "is not an object"),
+        ('{"entries": [{"backend": "cpu"}]}', "malformed policy entry"),
+    ],
+)
+def test_a_malformed_policy_file_is_an_error(text: str, problem: str) -> None:
+    with pytest.raises(PolicyError, match=problem):
+        entries_from_json(text)
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"width": 1}, "width 1 is below 2"),
+        ({"backend": "tpu"}, "backend 'tpu'"),
+        ({"drafter_kind": "medusa"}, "drafter kind 'medusa'"),
+        ({"record": ""}, "no measurement record"),
+    ],
+)
+def test_an_invalid_entry_is_refused_when_it_is_written(
+    changes: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(PolicyError, match=problem):
+        entry(**changes)
