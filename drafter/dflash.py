@@ -1,0 +1,437 @@
+"""The DFlash drafter: model, checkpoint loading and saving.
+
+A DFlash drafter is a small stack of Qwen3-style decoder layers with no
+embedding and no LM head of its own. It reads the target's hidden states at
+`target_layer_ids` (concatenated on the feature axis), projects them with
+`fc` then `hidden_norm`, and feeds that context to every layer as extra keys
+and values; queries come only from the block `[anchor, mask, ...]`. Attention
+over [context; block] is not causal. Only the context K/V is cached.
+
+The checkpoint format is the published one: `config.json` with
+`architectures: ["DFlashDraftModel"]` and `dflash_config`, and a safetensors
+file with the names `fc.weight`, `hidden_norm.weight`, `norm.weight`,
+`layers.N.self_attn.*`, `layers.N.mlp.*`, `layers.N.*_layernorm.weight`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import KVCache
+from mlx_lm.models.qwen3 import MLP
+from mlx_lm.models.rope_utils import initialize_rope
+
+ARCHITECTURE = "DFlashDraftModel"
+DEFAULT_BLOCK_SIZE = 16
+REQUIRED_KEYS = (
+    "hidden_size",
+    "num_hidden_layers",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "rms_norm_eps",
+    "vocab_size",
+)
+
+
+DFLASH_KEYS = ("mask_token_id", "target_layer_ids")
+
+
+class DrafterError(ValueError):
+    """A drafter checkpoint that is missing, malformed, or does not fit the target."""
+
+
+@dataclass
+class ModelArgs:
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    rms_norm_eps: float
+    vocab_size: int
+    target_layer_ids: list[int]
+    mask_token_id: int
+    head_dim: int | None = None
+    num_target_layers: int | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
+    max_position_embeddings: int = 40960
+    rope_theta: float = 1000000.0
+    rope_scaling: dict[str, Any] | None = None
+    attention_bias: bool = False
+    quantization: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ModelArgs:
+        """Read a published DFlash `config.json` (block_size top level or in dflash_config)."""
+        dflash = config["dflash_config"]
+        rope = config.get("rope_scaling") or config.get("rope_parameters")
+        rope_theta = config.get("rope_theta", (rope or {}).get("rope_theta", 1000000.0))
+        if rope is not None and rope.get("rope_type", rope.get("type")) in (None, "default"):
+            rope = None
+        return cls(
+            **{key: config[key] for key in REQUIRED_KEYS},
+            target_layer_ids=[int(i) for i in dflash["target_layer_ids"]],
+            mask_token_id=int(dflash["mask_token_id"]),
+            head_dim=config.get("head_dim"),
+            num_target_layers=config.get("num_target_layers"),
+            block_size=int(dflash.get("block_size", config.get("block_size", DEFAULT_BLOCK_SIZE))),
+            max_position_embeddings=config.get("max_position_embeddings", 40960),
+            rope_theta=float(rope_theta),
+            rope_scaling=rope,
+            attention_bias=bool(config.get("attention_bias", False)),
+            quantization=config.get("quantization"),
+        )
+
+    def to_config(self) -> dict[str, Any]:
+        """The published `config.json` layout."""
+        config: dict[str, Any] = {
+            "architectures": [ARCHITECTURE],
+            "model_type": "qwen3",
+            **{key: getattr(self, key) for key in REQUIRED_KEYS},
+            "head_dim": self.head_dim,
+            "hidden_act": "silu",
+            "attention_bias": self.attention_bias,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": self.rope_scaling,
+            "tie_word_embeddings": False,
+            "num_target_layers": self.num_target_layers,
+            "block_size": self.block_size,
+            "dflash_config": {
+                "mask_token_id": self.mask_token_id,
+                "target_layer_ids": list(self.target_layer_ids),
+            },
+        }
+        if self.quantization is not None:
+            config["quantization"] = self.quantization
+        return config
+
+
+def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """The published default choice of tapped layers: evenly spaced over [1, depth - 3]."""
+    if num_draft_layers == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    span = end - start
+    return [round(start + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
+
+
+class Attention(nn.Module):
+    """Block queries attend, without a causal mask, to [context; block] keys."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        dim, head_dim = args.hidden_size, args.head_dim
+        self.n_heads = args.num_attention_heads
+        self.n_kv_heads = args.num_key_value_heads
+        self.scale = head_dim**-0.5
+        bias = args.attention_bias
+        self.q_proj = nn.Linear(dim, self.n_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(dim, self.n_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(dim, self.n_kv_heads * head_dim, bias=bias)
+        self.o_proj = nn.Linear(self.n_heads * head_dim, dim, bias=bias)
+        self.q_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(head_dim, eps=args.rms_norm_eps)
+
+    def heads(self, x: mx.array, n: int) -> mx.array:
+        B, L, _ = x.shape
+        return x.reshape(B, L, n, -1).transpose(0, 2, 1, 3)
+
+    def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
+        B, L, _ = x.shape
+        start = cache.offset  # absolute position of the first new context row
+        block_start = start + context.shape[1]
+        queries = rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=block_start)
+        block_keys = self.k_norm(self.heads(self.k_proj(x), self.n_kv_heads))
+        block_keys = rope(block_keys, offset=block_start)
+        block_values = self.heads(self.v_proj(x), self.n_kv_heads)
+        if context.shape[1] > 0:
+            context_keys = self.k_norm(self.heads(self.k_proj(context), self.n_kv_heads))
+            context_values = self.heads(self.v_proj(context), self.n_kv_heads)
+            keys, values = cache.update_and_fetch(rope(context_keys, offset=start), context_values)
+        else:
+            keys, values = cache.state if cache.keys is not None else (None, None)
+        if keys is not None:
+            block_keys = mx.concatenate([keys, block_keys], axis=2)
+            block_values = mx.concatenate([values, block_values], axis=2)
+        out = mx.fast.scaled_dot_product_attention(
+            queries, block_keys, block_values, scale=self.scale, mask=None
+        )
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.self_attn = Attention(args)
+        self.mlp = MLP(args.hidden_size, args.intermediate_size)
+        self.input_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+
+    def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
+        h = x + self.self_attn(self.input_layernorm(x), context, rope, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DFlashDraftModel(nn.Module):
+    """Block embeddings + target features in, normed block hidden states out."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        taps = len(args.target_layer_ids)
+        self.fc = nn.Linear(taps * args.hidden_size, args.hidden_size, bias=False)
+        self.hidden_norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        self.layers = [DecoderLayer(args) for _ in range(args.num_hidden_layers)]
+        self.norm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
+        self.rope = initialize_rope(
+            args.head_dim,
+            base=args.rope_theta,
+            traditional=False,
+            scaling_config=args.rope_scaling,
+            max_position_embeddings=args.max_position_embeddings,
+        )
+
+    def __call__(self, block: mx.array, features: mx.array, cache: list[KVCache]) -> mx.array:
+        """block: (1, B, H) embeddings; features: (1, S, n_taps * H) new context rows."""
+        context = self.hidden_norm(self.fc(features))
+        h = block
+        for layer, layer_cache in zip(self.layers, cache, strict=True):
+            h = layer(h, context, self.rope, layer_cache)
+        return self.norm(h)
+
+    def make_cache(self) -> list[KVCache]:
+        return [KVCache() for _ in self.layers]
+
+
+def target_embedding(target: nn.Module) -> nn.Module:
+    return target.model.embed_tokens
+
+
+def target_head(target: nn.Module) -> Any:
+    """The target's LM head (or its tied embeddings), as a callable on hidden states."""
+    for owner in (target, getattr(target, "language_model", None)):
+        head = getattr(owner, "lm_head", None) if owner is not None else None
+        if head is not None:
+            return head
+    return target_embedding(target).as_linear
+
+
+def target_dims(target: nn.Module) -> tuple[int, int, int]:
+    """(hidden size, vocabulary size, depth) of an mlx-lm target."""
+    embed = target_embedding(target)
+    vocab = embed.weight.shape[0]
+    hidden = getattr(embed, "dims", None) or embed.weight.shape[1]
+    return hidden, vocab, len(target.layers)
+
+
+class DFlashDrafter:
+    """A loaded DFlash model bound to its target's embeddings and LM head."""
+
+    def __init__(self, model: DFlashDraftModel, args: ModelArgs, target: nn.Module, path: Path):
+        self.model = model
+        self.args = args
+        self.path = path
+        self.embed = target_embedding(target)
+        self.head = target_head(target)
+
+    @property
+    def target_layer_ids(self) -> list[int]:
+        return self.args.target_layer_ids
+
+    @property
+    def block_size(self) -> int:
+        return self.args.block_size
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.args.mask_token_id
+
+    def make_cache(self) -> list[KVCache]:
+        return self.model.make_cache()
+
+    def draft_logits(
+        self, anchor: int, features: mx.array, cache: list[KVCache], width: int
+    ) -> mx.array:
+        """Logits (width - 1, V) for the block rows after the anchor (lazy).
+
+        features: the target's tapped hidden states (1, S, n_taps * H) for the
+        positions not yet in the drafter's context; they end right before the
+        anchor's position, and are appended to the cached context.
+        """
+        block = mx.array([[anchor] + [self.args.mask_token_id] * (width - 1)])
+        hidden = self.model(self.embed(block), features, cache)
+        return self.head(hidden[:, 1:])[0]
+
+
+def check_fits_target(args: ModelArgs, target: nn.Module) -> None:
+    hidden, vocab, depth = target_dims(target)
+    if args.hidden_size != hidden:
+        raise DrafterError(f"drafter hidden_size {args.hidden_size} != target hidden size {hidden}")
+    if args.vocab_size != vocab:
+        raise DrafterError(f"drafter vocab_size {args.vocab_size} != target vocabulary {vocab}")
+    if args.num_target_layers is not None and args.num_target_layers != depth:
+        raise DrafterError(
+            f"drafter num_target_layers {args.num_target_layers} != target depth {depth}"
+        )
+    bad = [i for i in args.target_layer_ids if not 0 <= i < depth]
+    if not args.target_layer_ids or bad:
+        raise DrafterError(
+            f"drafter target_layer_ids {args.target_layer_ids} do not fit a target of depth {depth}"
+        )
+    if not 0 <= args.mask_token_id < vocab:
+        raise DrafterError(f"drafter mask_token_id {args.mask_token_id} outside vocabulary {vocab}")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise DrafterError(f"drafter {path}: missing config.json")
+    try:
+        config = json.loads(config_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DrafterError(f"drafter {config_file}: malformed JSON ({error})") from error
+    if not isinstance(config, dict):
+        raise DrafterError(f"drafter {config_file}: expected a JSON object")
+    if ARCHITECTURE not in (config.get("architectures") or []):
+        raise DrafterError(
+            f"drafter {config_file}: architectures {config.get('architectures')} "
+            f"lack {ARCHITECTURE!r}"
+        )
+    dflash = config.get("dflash_config")
+    if not isinstance(dflash, dict):
+        raise DrafterError(f"drafter {config_file}: missing dflash_config")
+    missing = [k for k in REQUIRED_KEYS if k not in config]
+    missing += [f"dflash_config.{k}" for k in DFLASH_KEYS if k not in dflash]
+    if missing:
+        raise DrafterError(f"drafter {config_file}: missing {', '.join(missing)}")
+    return config
+
+
+def read_weights(path: Path) -> dict[str, mx.array]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise DrafterError(f"drafter {path}: no *.safetensors weights")
+    weights: dict[str, mx.array] = {}
+    for file in files:
+        try:
+            weights.update(mx.load(str(file)))
+        except Exception as error:  # mlx raises plain RuntimeError/ValueError on bad files
+            raise DrafterError(f"drafter {file}: malformed safetensors ({error})") from error
+    return weights
+
+
+def quantize(model: DFlashDraftModel, quantization: dict[str, Any], weights: dict) -> None:
+    """Turn the layers that the checkpoint stores quantized into quantized layers."""
+
+    def predicate(path: str, module: nn.Module) -> bool:
+        return hasattr(module, "to_quantized") and f"{path}.scales" in weights
+
+    nn.quantize(
+        model,
+        group_size=quantization["group_size"],
+        bits=quantization["bits"],
+        mode=quantization.get("mode", "affine"),
+        class_predicate=predicate,
+    )
+
+
+def load_drafter(path: str | Path, target: nn.Module) -> DFlashDrafter:
+    """Load a published-format DFlash checkpoint and bind it to `target`."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DrafterError(f"drafter {path}: not a directory")
+    config = read_config(path)
+    try:
+        args = ModelArgs.from_config(config)
+    except (TypeError, ValueError, KeyError) as error:
+        raise DrafterError(f"drafter {path}/config.json: malformed ({error})") from error
+    check_fits_target(args, target)
+    weights = read_weights(path)
+    model = DFlashDraftModel(args)
+    if args.quantization is not None:
+        quantize(model, args.quantization, weights)
+    try:
+        model.load_weights(list(weights.items()), strict=True)
+    except ValueError as error:
+        raise DrafterError(f"drafter {path}: weights do not match config ({error})") from error
+    mx.eval(model.parameters())
+    model.eval()
+    return DFlashDrafter(model, args, target, path)
+
+
+def save_drafter(path: str | Path, model: DFlashDraftModel, args: ModelArgs) -> Path:
+    """Write `model` in the published format (atomically replaces `path`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(staging / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (staging / "config.json").write_text(json.dumps(args.to_config(), indent=2))
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(staging, path)
+    return path
+
+
+def read_target_config(target_dir: Path) -> dict[str, Any]:
+    config = json.loads((Path(target_dir) / "config.json").read_text())
+    return config.get("text_config", config)
+
+
+def write_random_drafter(
+    path: str | Path,
+    target_dir: str | Path,
+    *,
+    num_layers: int = 1,
+    target_layer_ids: list[int] | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    mask_token_id: int | None = None,
+    seed: int = 0,
+    quantization: dict[str, Any] | None = None,
+) -> Path:
+    """A seeded random DFlash drafter shaped for the target in `target_dir` (for tests)."""
+    target = read_target_config(Path(target_dir))
+    depth = target["num_hidden_layers"]
+    args = ModelArgs(
+        hidden_size=target["hidden_size"],
+        num_hidden_layers=num_layers,
+        intermediate_size=target["intermediate_size"],
+        num_attention_heads=target["num_attention_heads"],
+        num_key_value_heads=target["num_key_value_heads"],
+        head_dim=target.get("head_dim"),
+        rms_norm_eps=target["rms_norm_eps"],
+        vocab_size=target["vocab_size"],
+        target_layer_ids=target_layer_ids or [1, max(1, depth - 2)],
+        mask_token_id=target["vocab_size"] - 1 if mask_token_id is None else mask_token_id,
+        num_target_layers=depth,
+        block_size=block_size,
+        max_position_embeddings=target.get("max_position_embeddings", 2048),
+        rope_theta=float(target.get("rope_theta", 10000.0)),
+        quantization=quantization,
+    )
+    mx.random.seed(seed)
+    model = DFlashDraftModel(args)
+    if quantization is not None:
+        nn.quantize(
+            model,
+            group_size=quantization["group_size"],
+            bits=quantization["bits"],
+            mode=quantization.get("mode", "affine"),
+        )
+    mx.eval(model.parameters())
+    return save_drafter(path, model, args)
