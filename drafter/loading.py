@@ -1,0 +1,179 @@
+"""The one place a target (and drafter) is loaded and the draft width resolved.
+
+The server's model worker calls `load_engine` on its own thread; offline tools
+(benchmarks, generate scripts) call it too, so every path resolves the width
+through the policy with the same inputs. Nothing here reads the process
+environment: the caller passes the variables it wants the policy to see.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm import load as mlx_lm_load
+
+from drafter.device import probe_device, quantization_of
+from drafter.engine import Engine
+from policy import Device, Resolution, overrides_from, resolve_width
+
+NO_DRAFTER = "none"
+DEFAULT_CONTEXT_LENGTH = 4096
+DTYPES: dict[str, mx.Dtype] = {
+    "float32": mx.float32,
+    "bfloat16": mx.bfloat16,
+    "float16": mx.float16,
+}
+
+
+class LoadError(ValueError):
+    """A model setting that cannot be served; `setting` names the field, `value` its value."""
+
+    def __init__(self, setting: str, value: Any, message: str):
+        super().__init__(message)
+        self.setting = setting
+        self.value = value
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    cache_dir: Path
+    model: str | None = None  # None: the embedded default pair
+    draft_model: str | None = None  # None: the default pair's drafter; "none": no drafter
+    draft_kind: str = "dflash"
+    draft_block_size: str | None = None  # the CLI flag, raw
+    environ: Mapping[str, str] = field(default_factory=dict)  # where override variables live
+    exactness: str = "require"
+    dtype: str = "auto"
+
+
+@dataclass(frozen=True)
+class DefaultPair:
+    model_id: str
+    target: Path
+    drafter: Path | None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    engine: Engine
+    target_path: Path
+    drafter_path: Path | None
+    device: Device
+    quantization: str | None
+    resolution: Resolution
+    exactness: str
+
+    @property
+    def speculative(self) -> bool:
+        return self.engine.speculative
+
+    def speculative_config(self) -> dict[str, Any]:
+        """The fields of the `dflash.config` log line, /health and /v1/settings."""
+        capability = self.device.compute_capability
+        capability_text = None if capability is None else f"{capability[0]}.{capability[1]}"
+        return {
+            "block_size": self.resolution.width,
+            "source": self.resolution.source,
+            "reason": self.resolution.reason,
+            "ignored": [override.describe() for override in self.resolution.ignored],
+            "speculative": self.speculative,
+            "drafter": str(self.drafter_path) if self.drafter_path else NO_DRAFTER,
+            "backend": self.device.backend,
+            "compute_capability": capability_text,
+            "quantization": self.quantization,
+            "exactness": self.exactness,
+        }
+
+
+def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> DefaultPair:
+    """The embedded default: SmolLM2-135M-Instruct converted from its PyPI wheel.
+
+    The single place the default pair is chosen; a trained DFlash drafter for it
+    plugs in here as `drafter`.
+    """
+    from drafter.smollm2 import ensure_smollm2
+
+    if dtype == "auto":
+        dtype = "float32" if device.backend == "cpu" else "bfloat16"
+    return DefaultPair("smollm2-135m-instruct", ensure_smollm2(cache_dir, dtype), None)
+
+
+def load_engine(options: LoadOptions) -> Loaded:
+    """Load the target (+ drafter), resolve the width, and build the Engine."""
+    device = probe_device()
+    if options.model is None:
+        pair = resolve_default_pair(options.cache_dir, options.dtype, device)
+        model_id, target_path, default_drafter = pair.model_id, pair.target, pair.drafter
+    else:
+        target_path = model_dir(options.model, "model")
+        model_id, default_drafter = target_path.name, None
+    model, tokenizer = mlx_lm_load(str(target_path))
+    if options.model is not None and options.dtype != "auto":
+        model.set_dtype(DTYPES[options.dtype])
+    drafter_path = drafter_dir(options.draft_model, default_drafter)
+    drafter = load_drafter(drafter_path, model) if drafter_path else None
+    quantization = quantization_of(target_path)
+    resolution = resolve_width(
+        overrides=overrides_from(options.draft_block_size, options.environ),
+        drafter_kind=options.draft_kind,
+        checkpoint_width=getattr(drafter, "prescribed_width", None),
+        device=device,
+        quantization=quantization,
+        max_width=getattr(drafter, "max_width", None),
+    )
+    speculate = drafter is not None and resolution.width is not None
+    engine = Engine(
+        model,
+        tokenizer,
+        model_id=model_id,
+        context_length=context_length(target_path),
+        drafter=drafter if speculate else None,
+        block_size=resolution.width if speculate else None,
+    )
+    exactness = check_exactness(engine, options.exactness)
+    return Loaded(engine, target_path, drafter_path, device, quantization, resolution, exactness)
+
+
+def model_dir(value: str, setting: str) -> Path:
+    path = Path(value).expanduser()
+    if not (path / "config.json").is_file():
+        raise LoadError(setting, value, "is not a model directory (no config.json there)")
+    return path
+
+
+def drafter_dir(value: str | None, default: Path | None) -> Path | None:
+    if value is None:
+        return default
+    if value == NO_DRAFTER:
+        return None
+    return model_dir(value, "draft_model")
+
+
+def load_drafter(path: Path, target: nn.Module) -> Any:
+    """The DFlash drafter saved at `path`, sharing the target's embeddings and head."""
+    from drafter.dflash import load_drafter as load_dflash
+
+    return load_dflash(path, target)
+
+
+def check_exactness(engine: Engine, mode: str) -> str:
+    """Placeholder until the exactness probe lands: 'off', 'n/a' (classic) or 'unchecked'."""
+    if mode == "off":
+        return "off"
+    return "unchecked" if engine.speculative else "n/a"
+
+
+def context_length(target_path: Path) -> int:
+    config = json.loads((target_path / "config.json").read_text())
+    text_config = config.get("text_config") or {}
+    for source in (config, text_config):
+        for key in ("max_position_embeddings", "max_seq_len", "seq_length"):
+            if isinstance(source.get(key), int):
+                return source[key]
+    return DEFAULT_CONTEXT_LENGTH

@@ -1,0 +1,138 @@
+"""`draftwise serve` and `draftwise policy explain`.
+
+Flags beat environment variables: a flag's value is passed to the settings as
+an init value, which pydantic-settings ranks above the environment. A bad
+value, from either, stops startup with one line naming it, and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+from pydantic import ValidationError
+
+from policy import PolicyError
+from policy.explain import add_explain_arguments, run_explain
+from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
+from server.settings import ServeSettings, env_names
+
+EXIT_BAD_VALUE = 2
+EXIT_LOAD_FAILED = 1
+
+log = structlog.get_logger("draftwise.server")
+
+SERVE_FLAGS: dict[str, str] = {
+    "model": "target model directory (mlx-lm format); default: the embedded pair",
+    "draft_model": "DFlash drafter directory, or 'none' to serve classic decode",
+    "draft_kind": "drafter kind (dflash)",
+    "draft_block_size": "draft block width override (beats every environment variable)",
+    "exactness": "require | warn | off: what to do when speculation is not exact",
+    "cache_dir": "where generated/converted models are cached",
+    "dtype": "auto | float16 | bfloat16 | float32",
+    "host": "listen address",
+    "port": "listen port",
+    "api_key": "require this key as 'Authorization: Bearer KEY' on /v1/*",
+    "max_queue_depth": "requests allowed to wait; beyond it, 429",
+    "request_timeout_s": "per-request deadline in seconds, queue wait included",
+    "default_max_tokens": "max_tokens when a request omits it",
+    "default_temperature": "temperature when a request omits it",
+    "default_top_p": "top_p when a request omits it",
+    "log_level": "debug | info | warning | error",
+}
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="draftwise", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the OpenAI-compatible HTTP API")
+    for field, help_text in SERVE_FLAGS.items():
+        serve.add_argument(flag_name(field), dest=field, default=None, help=help_text)
+    policy = commands.add_parser("policy", help="inspect the draft width policy")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    add_explain_arguments(policy_commands.add_parser("explain", help="what a host would get"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "policy":
+        return run_explain(args)
+    return run_serve(args, os.environ)
+
+
+def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    flags = {
+        field: getattr(args, field)
+        for field in SERVE_FLAGS
+        if field in ServeSettings.model_fields and getattr(args, field) is not None
+    }
+    try:
+        settings = ServeSettings(**flags)
+    except ValidationError as error:
+        print(settings_error_line(error, flags, environ), file=sys.stderr)
+        return EXIT_BAD_VALUE
+    try:
+        force_bundled = blas_mode(environ) == "bundled"
+    except BlasSettingError as error:
+        print(f"error: invalid setting {error}", file=sys.stderr)
+        return EXIT_BAD_VALUE
+    # Before MLX is imported: may replace this process with itself plus OpenBLAS.
+    blas_note = reexec_with_openblas_if_available(sys.orig_argv, environ, force_bundled)
+    from server.serve import serve  # MLX and uvicorn load only when serving
+
+    failure = serve(settings, args.draft_block_size, dict(environ), flags, blas_note)
+    if failure is None:
+        return 0
+    print(failure_line(failure, flags, environ), file=sys.stderr)
+    from drafter.loading import LoadError
+
+    bad_value = isinstance(failure, LoadError | PolicyError)
+    return EXIT_BAD_VALUE if bad_value else EXIT_LOAD_FAILED
+
+
+def source_of(field: str, flags: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    """The flag or environment variable that set `field` (a flag wins)."""
+    if field in flags:
+        return flag_name(field)
+    upper = {name.upper(): name for name in environ}
+    for name in env_names(field):
+        if name in upper:
+            return upper[name]
+    return flag_name(field)
+
+
+def settings_error_line(
+    error: ValidationError, flags: Mapping[str, Any], environ: Mapping[str, str]
+) -> str:
+    by_env = {name: field for field in ServeSettings.model_fields for name in env_names(field)}
+    problems = []
+    for item in error.errors():
+        key = str(item["loc"][0]) if item["loc"] else ""
+        field = by_env.get(key, key)
+        source = source_of(field, flags, environ)
+        problems.append(f"{source}={item.get('input')!r}: {item['msg']}")
+    return "error: invalid setting " + "; ".join(problems)
+
+
+def failure_line(error: BaseException, flags: Mapping[str, Any], environ: Mapping[str, str]) -> str:
+    from drafter.loading import LoadError
+
+    if isinstance(error, LoadError):
+        source = source_of(error.setting, flags, environ)
+        return f"error: invalid setting {source}={error.value!r}: {error}"
+    if isinstance(error, PolicyError):
+        return f"error: invalid draft block size: {error}"
+    return f"error: the model failed to load: {type(error).__name__}: {error}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

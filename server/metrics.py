@@ -1,0 +1,59 @@
+"""Prometheus metrics, on a registry per app so several apps can live in one process."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from drafter.engine import GenerationStats
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "draftwise_requests", "HTTP requests by route, status", ["route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "draftwise_request_duration_seconds", "Request latency", ["route"], registry=r
+        )
+        self.queue_depth = Gauge("draftwise_queue_depth", "Requests waiting", registry=r)
+        self.queue_wait = Histogram(
+            "draftwise_queue_wait_seconds", "Time from admission to the worker", registry=r
+        )
+        self.rejections = Counter(
+            "draftwise_queue_rejections", "Requests refused by admission", ["reason"], registry=r
+        )
+        self.prompt_tokens = Counter("draftwise_prompt_tokens", "Prompt tokens", registry=r)
+        self.completion_tokens = Counter(
+            "draftwise_completion_tokens", "Generated tokens", registry=r
+        )
+        self.drafts = Counter("draftwise_spec_drafts", "Speculative rounds (drafts)", registry=r)
+        self.draft_tokens = Counter("draftwise_spec_draft_tokens", "Drafted tokens", registry=r)
+        self.accepted_tokens = Counter(
+            "draftwise_spec_accepted_tokens", "Accepted draft tokens", registry=r
+        )
+        self.accepted_by_position = Counter(
+            "draftwise_spec_accepted_by_position",
+            "Accepted draft tokens by position in the block (1 = first draft)",
+            ["position"],
+            registry=r,
+        )
+        self.block_size = Gauge(
+            "draftwise_draft_block_size", "Resolved draft block width (0 = classic)", registry=r
+        )
+        self.worker_ready = Gauge("draftwise_worker_ready", "1 when serving", registry=r)
+
+    def record_generation(
+        self, prompt_tokens: int, completion_tokens: int, stats: GenerationStats
+    ) -> None:
+        self.prompt_tokens.inc(prompt_tokens)
+        self.completion_tokens.inc(completion_tokens)
+        self.drafts.inc(stats.rounds)
+        self.draft_tokens.inc(stats.drafted)
+        self.accepted_tokens.inc(stats.accepted)
+        for position, count in enumerate(stats.accepted_per_position, start=1):
+            self.accepted_by_position.labels(position=str(position)).inc(count)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,138 @@
+"""GET /v1/settings (every setting, live or not and why) and PATCH (live ones, atomically)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from fastapi import APIRouter, Depends, Request
+from pydantic import ValidationError
+
+from server.auth import require_api_key
+from server.errors import APIError, invalid
+from server.logs import set_level
+from server.settings import (
+    LIVE_FIELDS,
+    STARTUP_ONLY_REASON,
+    WORKER_OWNED_REASON,
+    LiveSettings,
+)
+from server.state import ServerState
+
+log = structlog.get_logger("draftwise.settings")
+router = APIRouter(dependencies=[Depends(require_api_key)])
+
+WORKER_OWNED = ("model", "draft_model", "draft_kind", "draft_block_size")
+STARTUP_ONLY = (
+    "exactness",
+    "cache_dir",
+    "dtype",
+    "host",
+    "port",
+    "api_key",
+    "max_queue_depth",
+)
+TYPES: dict[str, str] = {
+    "model": "string",
+    "draft_model": "string",
+    "draft_kind": "string",
+    "draft_block_size": "integer",
+    "exactness": "string",
+    "cache_dir": "string",
+    "dtype": "string",
+    "host": "string",
+    "port": "integer",
+    "api_key": "string",
+    "max_queue_depth": "integer",
+    "default_max_tokens": "integer",
+    "default_temperature": "number",
+    "default_top_p": "number",
+    "request_timeout_s": "number",
+    "log_level": "string",
+}
+
+
+def read_only_values(state: ServerState) -> dict[str, Any]:
+    settings = state.settings
+    loaded = state.loaded
+    values: dict[str, Any] = {name: getattr(settings, name, None) for name in STARTUP_ONLY}
+    values["cache_dir"] = str(settings.cache_dir)
+    values["api_key"] = "<set>" if settings.api_key else None
+    values["draft_kind"] = settings.draft_kind
+    if loaded is None:
+        values["model"] = settings.model
+        values["draft_model"] = settings.draft_model
+        values["draft_block_size"] = None
+    else:
+        config = loaded.speculative_config()
+        values["model"] = str(loaded.target_path)
+        values["draft_model"] = config["drafter"]
+        values["draft_block_size"] = config["block_size"]
+    return values
+
+
+def describe_settings(state: ServerState) -> dict[str, Any]:
+    values = {**read_only_values(state), **state.live.model_dump()}
+    described: dict[str, Any] = {}
+    for name, kind in TYPES.items():
+        entry: dict[str, Any] = {"value": values[name], "type": kind, "live": name in LIVE_FIELDS}
+        if name in WORKER_OWNED:
+            entry["reason"] = WORKER_OWNED_REASON
+        elif name in STARTUP_ONLY:
+            entry["reason"] = STARTUP_ONLY_REASON
+        described[name] = entry
+    if state.loaded is not None:
+        resolution = state.loaded.resolution
+        described["draft_block_size"]["source"] = resolution.source
+        described["draft_block_size"]["resolution"] = resolution.reason
+    return {"object": "settings", "settings": described}
+
+
+@router.get("/v1/settings")
+async def get_settings(request: Request) -> dict[str, Any]:
+    return describe_settings(request.app.state.draftwise)
+
+
+PATCH_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+
+
+@router.patch("/v1/settings", openapi_extra=PATCH_BODY)
+async def patch_settings(request: Request) -> dict[str, Any]:
+    state: ServerState = request.app.state.draftwise
+    patch = await json_object(request)
+    unknown = [name for name in patch if name not in TYPES]
+    if unknown:
+        raise invalid(f"Unknown setting(s): {', '.join(unknown)}", unknown[0], "unknown_setting")
+    for names, reason in ((WORKER_OWNED, WORKER_OWNED_REASON), (STARTUP_ONLY, STARTUP_ONLY_REASON)):
+        named = [name for name in patch if name in names]
+        if named:
+            raise APIError(
+                409, f"{', '.join(named)}: {reason}", param=named[0], code="setting_not_live"
+            )
+    try:
+        updated = LiveSettings.model_validate({**state.live.model_dump(), **patch}, strict=True)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else None
+        message = f"Invalid value for '{field}': {first['msg']}"
+        raise invalid(message, field, "invalid_value") from None
+    state.live = updated
+    set_level(updated.log_level)
+    log.info("settings.changed", **{name: getattr(updated, name) for name in patch})
+    return describe_settings(state)
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    try:
+        body = json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise invalid(f"The request body is not valid JSON: {error}", None) from None
+    if not isinstance(body, dict):
+        raise invalid("The request body must be a JSON object of setting names to values", None)
+    return body

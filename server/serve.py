@@ -1,0 +1,115 @@
+"""Wire settings -> worker (load, policy) -> app -> uvicorn, and log what was chosen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+import uvicorn
+
+from drafter.loading import Loaded, LoadOptions, load_engine
+from server.app import create_app
+from server.blas import blas_in_use
+from server.logs import configure_logging
+from server.metrics import Metrics
+from server.plan import ModelFacts
+from server.settings import ServeSettings, unknown_env_vars
+from server.state import ServerState
+from server.worker import ModelWorker
+
+log = structlog.get_logger("draftwise.server")
+
+
+def load_options(
+    settings: ServeSettings, draft_block_size: str | None, environ: Mapping[str, str]
+) -> LoadOptions:
+    return LoadOptions(
+        cache_dir=settings.cache_dir,
+        model=settings.model,
+        draft_model=settings.draft_model,
+        draft_kind=settings.draft_kind,
+        draft_block_size=draft_block_size,
+        environ=environ,
+        exactness=settings.exactness,
+        dtype=settings.dtype,
+    )
+
+
+def startup_fields(settings: ServeSettings, flags: Mapping[str, Any]) -> dict[str, Any]:
+    fields = settings.model_dump(mode="json", exclude={"api_key"})
+    fields["api_key"] = "set" if settings.api_key else "unset"
+    fields["flags"] = sorted(flags)
+    return fields
+
+
+def serve(
+    settings: ServeSettings,
+    draft_block_size: str | None,
+    environ: Mapping[str, str],
+    flags: Mapping[str, Any],
+    blas_note: str = "",
+) -> BaseException | None:
+    """Run until shutdown; returns the load failure that stopped the server, if any."""
+    configure_logging(settings.log_level)
+    log.info("server.starting", blas_setup=blas_note, **startup_fields(settings, flags))
+    for name in unknown_env_vars(environ):
+        log.warning("settings.unknown_env_var", name=name)
+    metrics = Metrics()
+    failure: dict[str, BaseException] = {}
+    servers: list[uvicorn.Server] = []
+
+    def on_load_failed(error: BaseException) -> None:
+        failure["error"] = error
+        log.error("model.load_failed", error=f"{type(error).__name__}: {error}")
+        for server in servers:
+            server.should_exit = True
+
+    def on_loaded(loaded: Loaded) -> None:
+        engine = loaded.engine
+        state.facts = ModelFacts(
+            engine.model_id, engine.tokenizer, engine.vocab_size, engine.context_length
+        )
+        report_loaded(loaded, metrics, settings)
+
+    options = load_options(settings, draft_block_size, environ)
+    worker = ModelWorker(
+        lambda: load_engine(options),
+        settings.max_queue_depth,
+        metrics,
+        on_load_failed=on_load_failed,
+        on_loaded=on_loaded,
+    )
+    state = ServerState(settings, worker, metrics)
+    config = uvicorn.Config(
+        create_app(state),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+    )
+    servers.append(uvicorn.Server(config))
+    worker.start()
+    if "error" not in failure:
+        servers[0].run()
+    worker.stop(timeout=1.0)
+    log.info("server.stopped")
+    return failure.get("error")
+
+
+def report_loaded(loaded: Loaded, metrics: Metrics, settings: ServeSettings) -> None:
+    config = loaded.speculative_config()
+    log.info("dflash.config", **config)
+    for override in loaded.resolution.ignored:
+        log.info("dflash.override_ignored", ignored=override.describe(), winner=config["source"])
+    metrics.block_size.set(loaded.engine.block_size or 0)
+    log.info(
+        "server.ready",
+        model=loaded.engine.model_id,
+        path=str(loaded.target_path),
+        backend=loaded.device.backend,
+        blas=blas_in_use() if loaded.device.backend == "cpu" else None,
+        context_length=loaded.engine.context_length,
+        speculative=loaded.speculative,
+        url=f"http://{settings.host}:{settings.port}/v1",
+    )
