@@ -261,6 +261,16 @@ class DFlashDrafter:
     def mask_token_id(self) -> int:
         return self.args.mask_token_id
 
+    @property
+    def max_width(self) -> int:
+        """The widest block the drafter was trained for (its checkpoint block_size)."""
+        return self.args.block_size
+
+    @property
+    def prescribed_width(self) -> int | None:
+        """Published checkpoints carry a training block size, not a serving width."""
+        return None
+
     def make_cache(self) -> list[KVCache]:
         return self.model.make_cache()
 

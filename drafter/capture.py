@@ -1,0 +1,94 @@
+"""Capture the target's hidden states at the drafter's tapped layers.
+
+DFlash reads the output of target layers `target_layer_ids` (what Hugging
+Face calls `hidden_states[i + 1]`). Rather than re-implementing any target's
+forward, each tapped layer's class is swapped for a subclass whose call
+records its output, so an ordinary mlx-lm forward (llama, qwen3, qwen3_5,
+...) fills the capture as a side effect. The parameter tree, weight names and
+`isinstance` checks stay as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+_CAPTURING_CLASSES: dict[type, type] = {}
+
+
+class Tap:
+    """Where one tapped layer writes its latest output (a plain object, so
+    nn.Module keeps it out of the parameter tree)."""
+
+    def __init__(self, capture: Capture, indices: list[int]):
+        self.capture = capture
+        self.indices = indices
+
+
+class Capture:
+    """The latest outputs of the tapped layers, in `layer_ids` order."""
+
+    def __init__(self, layer_ids: list[int]):
+        self.layer_ids = list(layer_ids)
+        self.outputs: list[mx.array | None] = [None] * len(layer_ids)
+
+    def record(self, index: int, output: mx.array) -> None:
+        self.outputs[index] = output
+
+    def features(self) -> mx.array:
+        """(1, L, len(layer_ids) * H): the tapped outputs of the last forward, concatenated."""
+        if any(output is None for output in self.outputs):
+            raise RuntimeError("no target forward has run since the capture was installed")
+        return mx.concatenate(self.outputs, axis=-1)
+
+
+def capturing_class(cls: type) -> type:
+    if cls not in _CAPTURING_CLASSES:
+        original = cls.__call__
+
+        def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            output = original(self, *args, **kwargs)
+            tap = self._draftwise_tap
+            for index in tap.indices:
+                tap.capture.record(index, output[0] if isinstance(output, tuple) else output)
+            return output
+
+        _CAPTURING_CLASSES[cls] = type(f"Captured{cls.__name__}", (cls,), {"__call__": __call__})
+    return _CAPTURING_CLASSES[cls]
+
+
+def install(model: nn.Module, layer_ids: list[int]) -> Capture:
+    """Tap `model.layers[i]` for each i in layer_ids; replaces any earlier capture."""
+    layers = model.layers
+    for i in layer_ids:
+        if not 0 <= i < len(layers):
+            raise ValueError(f"target layer {i} out of range for a target of depth {len(layers)}")
+    remove(model)
+    capture = Capture(layer_ids)
+    for i in sorted(set(layer_ids)):
+        layer = layers[i]
+        layer.__class__ = capturing_class(type(layer))
+        layer._draftwise_tap = Tap(capture, [n for n, j in enumerate(layer_ids) if j == i])
+    model._draftwise_capture = capture
+    return capture
+
+
+def installed(model: nn.Module, layer_ids: list[int]) -> Capture:
+    """The capture tapping exactly `layer_ids`, installing it if needed (idempotent)."""
+    capture = getattr(model, "_draftwise_capture", None)
+    if capture is not None and capture.layer_ids == list(layer_ids):
+        return capture
+    return install(model, layer_ids)
+
+
+def remove(model: nn.Module) -> None:
+    """Restore the tapped layers' original classes."""
+    originals = {captured: cls for cls, captured in _CAPTURING_CLASSES.items()}
+    for layer in model.layers:
+        if type(layer) in originals:
+            layer.__class__ = originals[type(layer)]
+            del layer._draftwise_tap
+    if getattr(model, "_draftwise_capture", None) is not None:
+        model._draftwise_capture = None

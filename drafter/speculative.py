@@ -1,0 +1,178 @@
+"""The DFlash speculative round loop.
+
+    prefill the target, capturing the tapped layers -> context features
+    repeat:
+      draft   B-1 tokens from the block [anchor, mask, ...] in one drafter forward
+      verify  [anchor, d1 .. d(B-1)] in ONE target forward (B rows), capturing again
+      choose  the target's token for every row exactly as classic decode does
+      accept  the longest agreeing prefix (greedy) or by speculative sampling
+      emit    the accepted drafts and the target's next token (the new anchor)
+      rollback the target cache to the anchor + accepted rows; their captured
+              features extend the drafter's context
+
+The width B is fixed for the whole request. Row i's penalty counts include
+the drafts before it, so a row's choice equals what classic decode would
+choose after the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import make_prompt_cache
+
+from drafter import acceptance, rollback
+from drafter.capture import installed
+from drafter.engine import PREFILL_STEP, GenerationStats, Token, make_token
+from drafter.sampling import (
+    SamplingParams,
+    TokenChooser,
+    has_penalties,
+    sampling_logprobs,
+    token_logprobs,
+)
+
+if TYPE_CHECKING:
+    from drafter.engine import Engine
+
+
+def speculative_generate(
+    engine: Engine,
+    prompt: list[int],
+    max_tokens: int,
+    params: SamplingParams,
+    stats: GenerationStats,
+) -> Iterator[list[Token]]:
+    """Yield the tokens of each round (the first holds the prefill's token)."""
+    yield from Session(engine, params, stats).generate(prompt, max_tokens)
+
+
+def one_hots(tokens: mx.array, vocab: int) -> mx.array:
+    return (tokens[:, None] == mx.arange(vocab)).astype(mx.float32)
+
+
+class Session:
+    """One request's speculative state; tests read `cache` between rounds."""
+
+    def __init__(self, engine: Engine, params: SamplingParams, stats: GenerationStats):
+        self.model: nn.Module = engine.model
+        self.drafter: Any = engine.drafter
+        self.width: int = engine.block_size
+        if self.width < 2:
+            raise ValueError(f"speculative decoding needs a block width >= 2, got {self.width}")
+        self.params = params
+        self.stats = stats
+        self.eos_ids = engine.eos_ids
+        self.vocab = engine.vocab_size
+        rollback.prepare(self.model)
+        self.capture = installed(self.model, self.drafter.target_layer_ids)
+        self.cache = make_prompt_cache(self.model)
+        self.draft_cache = self.drafter.make_cache()
+        self.chooser = TokenChooser(params)
+        self.counts = mx.zeros((self.vocab,), mx.float32) if has_penalties(params) else None
+        stats.block_size = self.width
+        if len(stats.accepted_per_position) < self.width - 1:
+            stats.accepted_per_position.extend([0] * (self.width - 1))
+
+    def prefill(self, prompt: list[int]) -> tuple[mx.array, mx.array]:
+        """Feed the prompt as classic decode does; return its last logits row and the
+        tapped features of every prompt row."""
+        tokens = mx.array(prompt)
+        features = []
+        while tokens.size > PREFILL_STEP:
+            self.model(tokens[:PREFILL_STEP][None], cache=self.cache)
+            features.append(self.capture.features())
+            mx.eval([c.state for c in self.cache], features[-1])
+            tokens = tokens[PREFILL_STEP:]
+        logits = self.model(tokens[None], cache=self.cache)[0, -1]
+        features.append(self.capture.features())
+        return logits, mx.concatenate(features, axis=1)
+
+    def generate(self, prompt: list[int], max_tokens: int) -> Iterator[list[Token]]:
+        if max_tokens <= 0:
+            return
+        logits, features = self.prefill(prompt)
+        logprobs = token_logprobs(logits, self.counts, self.params)
+        anchor = self.chooser.choose(logprobs).item()
+        self.count([anchor])
+        yield [make_token(anchor, logprobs, self.params)]
+        emitted = 1
+        while emitted < max_tokens and anchor not in self.eos_ids:
+            tokens, rows, features = self.round(anchor, features, max_tokens - emitted)
+            emitted += len(tokens)
+            anchor = tokens[-1]
+            yield [make_token(t, row, self.params) for t, row in zip(tokens, rows, strict=True)]
+
+    def round(
+        self, anchor: int, features: mx.array, budget: int
+    ) -> tuple[list[int], list[mx.array], mx.array]:
+        """One draft-verify-accept round emitting at most `budget` tokens; returns
+        them, the logprob row each was chosen from, and the kept rows' features.
+
+        The target cache keeps the anchor and every emitted token but the last
+        (the next anchor): exactly what classic decode has fed at that point."""
+        drafts, draft_logprobs = self.draft(anchor, features)
+        ckpt = rollback.checkpoint(self.cache)
+        verify = mx.concatenate([mx.array([anchor]), drafts])
+        logits = self.model(verify[None], cache=self.cache)[0]
+        verified = self.capture.features()
+        rows = self.row_logprobs(logits, drafts)
+        if self.params.greedy:
+            choices = mx.stack([self.chooser.choose(row) for row in rows])
+            mx.eval(drafts, choices)
+            draft_list = drafts.tolist()
+            n = acceptance.accept_greedy(choices.tolist(), draft_list)
+            next_token = choices[n].item()
+        else:
+            target = mx.stack([sampling_logprobs(row, self.params) for row in rows])
+            draft_list = drafts.tolist()
+            n, next_token = acceptance.accept_sampled(
+                target, draft_logprobs, draft_list, self.chooser
+            )
+        self.record(n)
+        tokens = self.truncate(draft_list[:n] + [next_token], budget)
+        kept = len(tokens)  # the anchor and the emitted drafts
+        rollback.rollback(self.cache, ckpt, kept, self.width)
+        self.count(tokens)
+        return tokens, rows[:kept], verified[:, :kept]
+
+    def draft(self, anchor: int, features: mx.array) -> tuple[mx.array, mx.array | None]:
+        """B-1 draft tokens (lazy) and, when sampling, the distribution they came from."""
+        logits = self.drafter.draft_logits(anchor, features, self.draft_cache, self.width)
+        if self.params.greedy:
+            return mx.argmax(logits, axis=-1), None
+        logprobs = sampling_logprobs(token_logprobs(logits, None, self.params), self.params)
+        return mx.random.categorical(logprobs, key=self.chooser.next_key()), logprobs
+
+    def row_logprobs(self, logits: mx.array, drafts: mx.array) -> list[mx.array]:
+        """Reported logprobs per verify row, each computed like a classic decode step."""
+        if self.counts is None:
+            return [token_logprobs(logits[i], None, self.params) for i in range(self.width)]
+        seen = mx.concatenate(
+            [mx.zeros((1, self.vocab)), mx.cumsum(one_hots(drafts, self.vocab), 0)]
+        )
+        return [
+            token_logprobs(logits[i], self.counts + seen[i], self.params) for i in range(self.width)
+        ]
+
+    def count(self, tokens: list[int]) -> None:
+        if self.counts is not None:
+            self.counts = self.counts + one_hots(mx.array(tokens), self.vocab).sum(axis=0)
+
+    def truncate(self, tokens: list[int], budget: int) -> list[int]:
+        """Cut at the token budget and right after the first EOS, as classic decode stops."""
+        tokens = tokens[:budget]
+        for i, token in enumerate(tokens):
+            if token in self.eos_ids:
+                return tokens[: i + 1]
+        return tokens
+
+    def record(self, n_accepted: int) -> None:
+        self.stats.rounds += 1
+        self.stats.drafted += self.width - 1
+        self.stats.accepted += n_accepted
+        for i in range(n_accepted):
+            self.stats.accepted_per_position[i] += 1

@@ -1,0 +1,224 @@
+"""The speculative round loop: greedy output and target cache equal classic decode's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+import pytest
+from mlx_lm import load
+from mlx_lm.models.cache import make_prompt_cache
+
+from drafter.capture import installed
+from drafter.dflash import DFlashDrafter, load_drafter, write_random_drafter
+from drafter.engine import Engine, GenerationStats
+from drafter.sampling import SamplingParams
+from drafter.speculative import Session
+from drafter.tiny import write_tiny_model
+
+WIDTHS = [2, 3, 4, 5, 8, 16]
+PROMPT = list(b"The quick brown fox")
+TOKENS = 20
+
+
+@dataclass
+class Pair:
+    model: Any
+    tokenizer: Any
+    drafter: DFlashDrafter
+
+
+@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
+def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    root = tmp_path_factory.mktemp(request.param)
+    target_dir = write_tiny_model(root / "target", request.param, seed=2)
+    model, tokenizer = load(str(target_dir))
+    drafter_dir = write_random_drafter(root / "drafter", target_dir, num_layers=1, seed=3)
+    return Pair(model, tokenizer, load_drafter(drafter_dir, model))
+
+
+@dataclass
+class ForcedDrafter:
+    """Test double around the real drafter (which still runs, so its context
+    plumbing is exercised): its first `agree` drafts are the target's greedy
+    continuation (`reference`, from a classic run), every later draft differs."""
+
+    inner: DFlashDrafter
+    prompt_length: int
+    reference: list[int]
+    agree: int
+    contexts: list[mx.array] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def draft_logits(self, anchor: int, features: mx.array, cache: list, width: int) -> mx.array:
+        real = self.inner.draft_logits(anchor, features, cache, width)
+        mx.eval(real)
+        self.contexts.append(features)
+        position = cache[0].offset - self.prompt_length  # the anchor's index in the output
+        assert self.reference[position] == anchor
+        vocab = real.shape[-1]
+        wanted = []
+        for j in range(1, width):
+            token = self.reference[position + j] if position + j < len(self.reference) else 0
+            wanted.append(token if j <= self.agree else (token + 1) % vocab)
+        return mx.where(mx.array(wanted)[:, None] == mx.arange(vocab), 0.0, -1e4)
+
+
+def engine_for(pair: Pair, drafter: Any = None, width: int | None = None) -> Engine:
+    return Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=drafter,
+        block_size=width,
+    )
+
+
+def run(engine: Engine, max_tokens: int, params: SamplingParams | None = None) -> list[int]:
+    params = params or SamplingParams()
+    return [t.id for step in engine.generate(PROMPT, max_tokens, params) for t in step]
+
+
+def classic(pair: Pair, max_tokens: int, params: SamplingParams | None = None) -> list[int]:
+    return run(engine_for(pair), max_tokens, params)
+
+
+def forced(pair: Pair, reference: list[int], agree: int) -> ForcedDrafter:
+    return ForcedDrafter(pair.drafter, len(PROMPT), reference, agree)
+
+
+def live_arrays(entry: Any) -> list[mx.array]:
+    """The cache contents later forwards read: KV rows up to the offset, or the
+    recurrent (conv, state) arrays."""
+    if hasattr(entry, "keys"):
+        return [entry.keys[..., : entry.offset, :], entry.values[..., : entry.offset, :]]
+    return list(entry.cache)
+
+
+def assert_same_cache(spec: list, ref: list) -> None:
+    for a, b in zip(spec, ref, strict=True):
+        assert getattr(a, "offset", None) == getattr(b, "offset", None)
+        for x, y in zip(live_arrays(a), live_arrays(b), strict=True):
+            assert x.shape == y.shape
+            assert mx.allclose(x, y, atol=1e-4, rtol=1e-4).item()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_greedy_equals_classic_for_every_acceptance_length(pair: Pair, width: int) -> None:
+    """For every k, drafts agree for k positions then disagree: every rollback
+    length is exercised, and after every round the target cache equals the cache
+    classic decode has after the same tokens."""
+    reference = classic(pair, TOKENS + width)
+    for agree in range(width):
+        session = Session(
+            engine_for(pair, forced(pair, reference, agree), width),
+            SamplingParams(),
+            GenerationStats(),
+        )
+        ref_cache = make_prompt_cache(pair.model)
+        pair.model(mx.array(PROMPT)[None], cache=ref_cache)
+        out: list[int] = []
+        for step in session.generate(PROMPT, TOKENS):
+            for token in [t.id for t in step]:
+                if out:
+                    pair.model(mx.array([[out[-1]]]), cache=ref_cache)
+                out.append(token)
+            assert out == reference[: len(out)], f"width {width}, agree {agree}"
+            assert_same_cache(session.cache, ref_cache)
+        assert out == reference[:TOKENS]
+
+
+@pytest.mark.parametrize("width", [4, 16])
+def test_real_dflash_drafter_end_to_end_equals_classic(pair: Pair, width: int) -> None:
+    assert run(engine_for(pair, pair.drafter, width), TOKENS) == classic(pair, TOKENS)
+
+
+def test_drafter_context_is_the_targets_features_of_every_position(pair: Pair) -> None:
+    """Prompt features, then each round's anchor + accepted rows, at their positions."""
+    reference = classic(pair, TOKENS + 4)
+    drafter = forced(pair, reference, agree=2)
+    out = run(engine_for(pair, drafter, 4), TOKENS)
+    capture = installed(pair.model, pair.drafter.target_layer_ids)
+    pair.model(mx.array(PROMPT + out)[None])
+    expected = capture.features()
+    given = mx.concatenate(drafter.contexts, axis=1)
+    assert given.shape[1] == len(PROMPT) + len(out) - 1 - (len(out) - 1) % 3
+    assert mx.allclose(given, expected[:, : given.shape[1]], atol=1e-4, rtol=1e-4).item()
+
+
+@pytest.mark.parametrize("max_tokens", range(1, 11))
+def test_max_tokens_inside_an_accepted_block_ends_like_classic(pair: Pair, max_tokens: int) -> None:
+    reference = classic(pair, TOKENS)
+    engine = engine_for(pair, forced(pair, reference, agree=7), 8)
+    assert run(engine, max_tokens) == reference[:max_tokens]
+
+
+def test_eos_inside_an_accepted_block_ends_like_classic(pair: Pair) -> None:
+    reference = classic(pair, TOKENS)
+    eos = reference[6]
+    saved = pair.tokenizer.eos_token_ids
+    pair.tokenizer.eos_token_ids = {eos}
+    try:
+        expected = classic(pair, TOKENS)
+        assert expected == reference[: reference.index(eos) + 1]
+        for agree in (2, 7):
+            assert run(engine_for(pair, forced(pair, reference, agree), 8), TOKENS) == expected
+    finally:
+        pair.tokenizer.eos_token_ids = saved
+
+
+def test_caller_stopping_mid_block_sees_the_classic_prefix(pair: Pair) -> None:
+    reference = classic(pair, TOKENS)
+    seen: list[int] = []
+    engine = engine_for(pair, forced(pair, reference, agree=7), 8)
+    for step in engine.generate(PROMPT, TOKENS, SamplingParams()):
+        seen.extend(t.id for t in step)
+        if len(seen) >= 5:
+            break
+    assert seen[:5] == reference[:5]
+
+
+def test_penalties_and_logit_bias_choose_like_classic(pair: Pair) -> None:
+    params = SamplingParams(
+        presence_penalty=0.8, frequency_penalty=0.5, logit_bias={32: 1.5, 101: -2.0}
+    )
+    reference = classic(pair, TOKENS + 5, params)
+    for agree in range(5):
+        engine = engine_for(pair, forced(pair, reference, agree), 5)
+        assert run(engine, TOKENS, params) == reference[:TOKENS]
+
+
+def test_reported_logprobs_match_classic(pair: Pair) -> None:
+    params = SamplingParams(logprobs=3)
+    reference = classic(pair, TOKENS)
+    tokens_classic = [t for s in engine_for(pair).generate(PROMPT, TOKENS, params) for t in s]
+    engine = engine_for(pair, forced(pair, reference, agree=3), 5)
+    tokens_spec = [t for s in engine.generate(PROMPT, TOKENS, params) for t in s]
+    assert [t.id for t in tokens_spec] == [t.id for t in tokens_classic]
+    for a, b in zip(tokens_spec, tokens_classic, strict=True):
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert list(a.top_logprobs) == list(b.top_logprobs)
+
+
+def test_stats_count_rounds_drafts_and_accepted_positions(pair: Pair) -> None:
+    reference = classic(pair, 40)
+    stats = GenerationStats()
+    engine = engine_for(pair, forced(pair, reference, agree=2), 5)
+    out = [t.id for s in engine.generate(PROMPT, 16, SamplingParams(), stats) for t in s]
+    assert len(out) == 16
+    # 1 prefill token, then 5 rounds of 2 accepted drafts + 1 target token.
+    assert (stats.block_size, stats.rounds, stats.drafted, stats.accepted) == (5, 5, 20, 10)
+    assert stats.accepted_per_position == [5, 5, 0, 0]
+    assert stats.acceptance_length == 3.0
+
+
+def test_sampling_with_a_seed_is_reproducible(pair: Pair) -> None:
+    params = SamplingParams(temperature=0.8, top_p=0.9, seed=7)
+    engine = engine_for(pair, pair.drafter, 4)
+    first = run(engine, TOKENS, params)
+    assert run(engine, TOKENS, params) == first
+    assert len(first) == TOKENS or first[-1] in pair.tokenizer.eos_token_ids
