@@ -1,0 +1,54 @@
+"""One real server process for the whole session, driven over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.e2e.serverproc import ServerProcess, clean_environ, free_port
+
+API_KEY = "sk-test-draftwise"
+
+
+@pytest.fixture(scope="session")
+def server(
+    tiny_model: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    port = free_port()
+    process = ServerProcess(
+        args=["--model", str(tiny_model), "--port", str(port)],
+        env=clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), LLAMA_API_KEY=API_KEY),
+        log_path=tmp_path_factory.mktemp("server") / "server.log",
+        port=port,
+        api_key=API_KEY,
+    )
+    process.start()
+    try:
+        yield process.wait_ready()
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def model_id(server: ServerProcess) -> str:
+    response = httpx.get(f"{server.base_url}/v1/models", headers=auth())
+    return response.json()["data"][0]["id"]
+
+
+def auth(key: str = API_KEY) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.base_url, headers=auth(), timeout=30.0) as client:
+        yield client
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)

@@ -1,0 +1,118 @@
+"""The real `draftwise serve` as a child process, on a free port, with its log captured."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_ENV_PREFIXES = ("DRAFTWISE_", "LLAMA_", "MLXCEL_")
+START_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without any server setting, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(SERVER_ENV_PREFIXES)}
+    return {**env, **extra}
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "server.cli", "serve", *args]
+
+
+@dataclass
+class ServerProcess:
+    args: list[str]
+    env: dict[str, str]
+    log_path: Path
+    port: int
+    api_key: str | None = None
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(
+                command(*self.args),
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        return self
+
+    def wait_ready(self, timeout: float = START_TIMEOUT_S) -> ServerProcess:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.base_url}/health", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()}")
+
+    def wait_for_event(self, event: str, timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
+        """The first JSON log line with this event name."""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [e for e in self.events() if e.get("event") == event]
+            if found:
+                return found[0]
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited {self.process.returncode}:\n{self.log()}")
+            time.sleep(0.1)
+        raise TimeoutError(f"no {event} event after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def events(self) -> list[dict[str, Any]]:
+        events = []
+        for line in self.log().splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return events
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def run_to_exit(args: list[str], env: dict[str, str], timeout: float = 60.0) -> tuple[int, str]:
+    """Run a server that is expected to stop by itself; (exit code, stderr)."""
+    done = subprocess.run(
+        command(*args), cwd=ROOT, env=env, capture_output=True, timeout=timeout, text=True
+    )
+    return done.returncode, done.stderr
