@@ -1,0 +1,266 @@
+"""The width sweep harness: verdict/range logic, and a real sweep over a tiny saved pair."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from drafter.dflash import write_random_drafter
+from drafter.tiny import write_tiny_model
+from server.bench import (
+    BenchConfig,
+    BenchError,
+    run_sweep,
+    serve_command,
+    server_environment,
+    speculative_config,
+)
+from server.bench_record import (
+    ABOVE,
+    BELOW,
+    OVERLAPPING,
+    Arm,
+    Range,
+    Request,
+    Run,
+    all_widths_lose,
+    best_width,
+    build_record,
+    render_markdown,
+    verdict,
+    write_record,
+)
+from server.blas import BLAS_ENV, REEXEC_MARKER, find_openblas
+
+MAX_TOKENS = 8
+PROMPT = "def add(a, b):\n    return"
+
+
+# ---- pure: ranges and verdicts ----------------------------------------------------------
+
+
+def run_at(tok_s: float, sha: str = "same", rounds: int = 0, accepted: int = 0) -> Run:
+    """A one-request run emitting 100 tokens at tok_s."""
+    request = Request(0, 100, 100 / tok_s, 0.01, rounds, rounds * 3, accepted, sha)
+    return Run((request,))
+
+
+def arm(label: str, width: int | None, *speeds: float, sha: str = "same", **served) -> Arm:
+    return Arm(label, width, [run_at(s, sha) for s in speeds], [run_at(speeds[0], sha)], served)
+
+
+def sweep(*middle: Arm) -> dict:
+    arms = [
+        arm("classic (first)", None, 10, 11, 12),
+        *middle,
+        arm("classic (last)", None, 11, 12, 13),
+    ]
+    return build_record(name="t", arms=arms, setup={}, host={})
+
+
+def test_range_is_min_median_max():
+    assert Range.of([3.0, 1.0, 2.0]) == Range(1.0, 2.0, 3.0)
+
+
+def test_verdict_is_above_or_below_only_with_disjoint_ranges():
+    classic = Range(10, 11, 12)
+    assert verdict(Range(12.1, 13, 14), classic) == ABOVE
+    assert verdict(Range(8, 9, 9.9), classic) == BELOW
+    assert verdict(Range(12, 13, 14), classic) == OVERLAPPING  # touching counts as overlap
+    assert verdict(Range(9, 11, 13), classic) == OVERLAPPING
+
+
+def test_widths_are_judged_against_the_union_of_both_classic_arms():
+    record = sweep(arm("width 4", 4, 12.5, 12.6, 12.7), arm("width 8", 8, 13.5, 14, 14.5))
+    assert record["control"]["union"] == {"low": 10, "median": 11.5, "high": 13}
+    verdicts = {a["width"]: a["verdict"] for a in record["arms"]}
+    assert verdicts == {None: None, 4: OVERLAPPING, 8: ABOVE}
+
+
+def test_control_reports_drift_between_first_and_last_classic_arm():
+    record = sweep(arm("width 2", 2, 5, 6, 7))
+    assert record["control"]["drift"] == pytest.approx((12 - 11) / 11)
+    assert record["control"]["overlapping"] is True
+    assert record["n"] == 3 and record["warmup"] == 1
+
+
+def test_a_sweep_must_start_and_end_with_classic():
+    with pytest.raises(ValueError, match="classic"):
+        build_record(name="t", arms=[arm("w", 2, 1.0), arm("c", None, 1.0)], setup={}, host={})
+
+
+def test_byte_identity_compares_each_arm_text_with_classic():
+    record = sweep(arm("width 2", 2, 20, 21, 22), arm("width 3", 3, 30, 31, 32, sha="other"))
+    identical = {a["width"]: a["identical_to_classic"] for a in record["arms"]}
+    assert identical == {None: True, 2: True, 3: False}
+
+
+def test_best_width_is_the_fastest_exact_width_above_classic():
+    record = sweep(
+        arm("width 2", 2, 20, 21, 22),
+        arm("width 3", 3, 30, 31, 32, sha="other"),  # fastest, but not byte-identical
+        arm("width 4", 4, 23, 24, 25),
+        arm("width 8", 8, 9, 10, 11),
+    )
+    assert best_width(record) == 4
+    assert not all_widths_lose(record)
+
+
+def test_every_width_loses_when_all_are_below_or_inexact():
+    record = sweep(arm("width 2", 2, 5, 6, 7), arm("width 3", 3, 30, 31, 32, sha="other"))
+    assert best_width(record) is None
+    assert all_widths_lose(record)
+
+
+def test_an_overlapping_width_is_neither_a_win_nor_a_loss():
+    record = sweep(arm("width 2", 2, 5, 6, 7), arm("width 4", 4, 11, 12, 13))
+    assert best_width(record) is None
+    assert not all_widths_lose(record)
+
+
+def test_a_width_the_server_did_not_serve_gets_no_speed_verdict():
+    fallback = arm("width 4", 4, 30, 31, 32, speculative=False, block_size=4)
+    record = sweep(fallback)
+    assert record["arms"][1]["verdict"] == "not served at width 4 (served None)"
+    assert best_width(record) is None
+
+
+def test_counters_give_acceptance_length_emitted_per_round_and_time_per_round():
+    request = Request(
+        0, tokens=40, e2e_s=2.0, ttft_s=0.1, rounds=10, drafted=30, accepted=25, sha256="x"
+    )
+    counters = Arm("width 4", 4, [Run((request,))]).counters()
+    assert counters["acceptance_length"] == pytest.approx(3.5)  # (25 accepted + 10 bonus) / 10
+    assert counters["emitted_per_round"] == pytest.approx(4.0)
+    assert counters["time_per_round_ms"] == pytest.approx(200.0)
+    classic = Arm("classic", None, [run_at(50.0)]).counters()
+    assert classic["acceptance_length"] is None and classic["emitted_per_round"] == 1.0
+
+
+# ---- pure: how arms are started -----------------------------------------------------------
+
+
+def test_classic_arm_serves_without_drafter_and_width_arms_pass_the_flag():
+    config = BenchConfig(model="/m", draft_model="/d", dtype="float32")
+    classic = serve_command(config, None, 9000)
+    width = serve_command(config, 5, 9000)
+    assert classic[classic.index("--draft-model") + 1] == "none"
+    assert "--draft-block-size" not in classic
+    assert width[width.index("--draft-model") + 1] == "/d"
+    assert width[width.index("--draft-block-size") + 1] == "5"
+    assert width[width.index("--dtype") + 1] == "float32"
+
+
+def test_server_environment_drops_width_variables_and_sets_the_blas():
+    environ = {"LLAMA_ARG_DRAFT_BLOCK_SIZE": "4", "DRAFTWISE_DRAFT_BLOCK_SIZE": "3", "PATH": "/bin"}
+    bundled = server_environment(environ, "bundled")
+    assert "LLAMA_ARG_DRAFT_BLOCK_SIZE" not in bundled
+    assert "DRAFTWISE_DRAFT_BLOCK_SIZE" not in bundled
+    assert bundled[BLAS_ENV] == "bundled" and bundled["LD_PRELOAD"] == ""
+    auto = server_environment(environ, "auto")
+    assert auto["LD_PRELOAD"].split()[0] == str(find_openblas())
+    assert auto[REEXEC_MARKER] == "1"
+
+
+def test_speculative_config_is_found_nested_in_health():
+    health = {"status": "ok", "speculative": {"block_size": 4, "speculative": True}}
+    assert speculative_config(health) == {"block_size": 4, "speculative": True}
+    assert speculative_config({"status": "ok"}) == {}
+
+
+def test_bad_sweep_configs_are_refused_before_any_server_starts():
+    with pytest.raises(BenchError, match="widths"):
+        run_sweep(BenchConfig(widths=(1,)), print)
+    with pytest.raises(BenchError, match="prompt"):
+        run_sweep(BenchConfig(prompts=()), print)
+
+
+# ---- a real sweep: tiny saved pair, real servers ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[str], Path]:
+    root = tmp_path_factory.mktemp("bench")
+    target = write_tiny_model(root / "target")
+    drafter = write_random_drafter(root / "drafter", target)
+    messages: list[str] = []
+    config = BenchConfig(
+        widths=(2,),
+        prompts=(PROMPT,),
+        max_tokens=MAX_TOKENS,
+        n=1,
+        warmup=1,
+        model=str(target),
+        draft_model=str(drafter),
+        exactness="warn",
+        cache_dir=str(root / "cache"),
+        blas="bundled",
+        name="tiny-sweep",
+        log_dir=root / "logs",
+        ready_timeout_s=120,
+    )
+    return run_sweep(config, messages.append), messages, root
+
+
+def test_sweep_runs_classic_first_and_last_with_each_width_between(swept):
+    record, _, _ = swept
+    assert [a["label"] for a in record["arms"]] == ["classic (first)", "width 2", "classic (last)"]
+    served = [a["served"] for a in record["arms"]]
+    assert [s["speculative"] for s in served] == [False, True, False]
+    assert served[1]["block_size"] == 2 and served[1]["source"] == "flag"
+
+
+def test_sweep_emits_the_full_token_budget_in_every_arm(swept):
+    record, _, _ = swept
+    for arm_record in record["arms"]:
+        assert arm_record["tokens_per_run"] == MAX_TOKENS
+        assert all(r["tokens"] == MAX_TOKENS for run in arm_record["runs"] for r in run)
+
+
+def test_sweep_times_requests_and_reads_the_server_counters(swept):
+    record, _, _ = swept
+    width = record["arms"][1]
+    request = width["runs"][0][0]
+    assert 0 < request["ttft_s"] <= request["e2e_s"]
+    assert request["rounds"] >= 1 and request["drafted"] == request["rounds"]  # width 2: 1 draft
+    assert width["acceptance_length"] >= 1.0 and width["time_per_round_ms"] > 0
+    assert width["tok_s"]["low"] > 0 and width["speedup"] > 0
+    assert width["verdict"] in (ABOVE, OVERLAPPING, BELOW)
+
+
+def test_sweep_speculative_text_is_byte_identical_to_classic(swept):
+    record, _, _ = swept
+    assert all(a["identical_to_classic"] and a["stable"] for a in record["arms"])
+    assert len(record["arms"][0]["sha256"][0]) == 64
+
+
+def test_sweep_record_names_host_mlx_blas_and_setup(swept):
+    record, _, _ = swept
+    host, setup = record["host"], record["setup"]
+    assert host["cores"] >= 1 and host["cpu"] and host["mlx"] == "0.32.4"
+    assert host["blas"].startswith("reference (")  # --blas bundled
+    assert setup["backend"] == "cpu" and setup["quantization"] is None
+    assert setup["max_tokens"] == MAX_TOKENS and setup["temperature"] == 0.0
+    assert setup["prompts"] == [PROMPT] and setup["widths"] == [2]
+    assert setup["drafter_files"]["architectures"] == ["DFlashDraftModel"]
+    assert record["n"] == 1 and record["control"]["arm"].startswith("classic")
+
+
+def test_sweep_shows_progress_for_every_arm_and_run(swept):
+    _, messages, _ = swept
+    assert any(m.startswith("[1/3] classic (first): ready in") for m in messages)
+    assert any(m.startswith("[2/3] width 2: warm-up 1/1 (discarded)") for m in messages)
+    assert any(m.startswith("[3/3] classic (last): run 1/1") for m in messages)
+
+
+def test_sweep_record_is_written_as_markdown_and_json(swept, tmp_path):
+    record, _, _ = swept
+    md, js = write_record(record, tmp_path)
+    assert (md.name, js.name) == ("tiny-sweep.md", "tiny-sweep.json")
+    assert json.loads(js.read_text()) == record
+    text = md.read_text()
+    assert text == render_markdown(record)
+    assert "| width 2 | 2 |" in text and "Control: classic first" in text
+    assert "blas: reference (" in text
