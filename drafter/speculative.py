@@ -128,6 +128,7 @@ class Session:
             next_token = choices[n].item()
         else:
             target = mx.stack([sampling_logprobs(row, self.params) for row in rows])
+            mx.eval(drafts, target, draft_logprobs)
             draft_list = drafts.tolist()
             n, next_token = acceptance.accept_sampled(
                 target, draft_logprobs, draft_list, self.chooser

@@ -9,11 +9,12 @@ import mlx.core as mx
 import pytest
 from mlx_lm import load
 from mlx_lm.models.cache import make_prompt_cache
+from scipy.stats import chisquare
 
 from drafter.capture import installed
 from drafter.dflash import DFlashDrafter, load_drafter, write_random_drafter
 from drafter.engine import Engine, GenerationStats
-from drafter.sampling import SamplingParams
+from drafter.sampling import SamplingParams, sampling_logprobs, token_logprobs
 from drafter.speculative import Session
 from drafter.tiny import write_tiny_model
 
@@ -222,3 +223,58 @@ def test_sampling_with_a_seed_is_reproducible(pair: Pair) -> None:
     first = run(engine, TOKENS, params)
     assert run(engine, TOKENS, params) == first
     assert len(first) == TOKENS or first[-1] in pair.tokenizer.eos_token_ids
+
+
+@dataclass
+class TargetDrafter:
+    """Test double proposing from the target's own distribution after the anchor
+    (q = p on the first draft, so it is always accepted); later drafts are masked
+    rows of the real drafter."""
+
+    inner: DFlashDrafter
+    model: Any
+    prefix: list[int]
+    params: SamplingParams
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def draft_logits(self, anchor: int, features: mx.array, cache: list, width: int) -> mx.array:
+        real = self.inner.draft_logits(anchor, features, cache, width)
+        own = self.model(mx.array(self.prefix + [anchor])[None])[0, -1]
+        return mx.concatenate([own[None], real[1:]])
+
+
+def sampling_dist(model: Any, tokens: list[int], params: SamplingParams) -> mx.array:
+    logits = model(mx.array(tokens)[None])[0, -1]
+    return mx.exp(sampling_logprobs(token_logprobs(logits, None, params), params))
+
+
+@pytest.mark.parametrize("pair", ["qwen3"], indirect=True)  # the sampling math is arch-free
+@pytest.mark.parametrize("drafter_kind", ["real", "target"])
+def test_sampled_tokens_follow_the_target_distribution(pair: Pair, drafter_kind: str) -> None:
+    """Chi-square of 300 seeded runs over the exact joint distribution of the first two
+    tokens (cells with expected count < 5 pooled), significance 1e-3. The real random
+    drafter exercises rejection + residual draws, the target-distribution one acceptance."""
+    params = SamplingParams(temperature=1.0, top_p=0.5)
+    first = sampling_dist(pair.model, PROMPT, params)
+    joint: dict[tuple[int, int], float] = {}
+    for t1 in [i for i, p in enumerate(first.tolist()) if p > 0]:
+        second = sampling_dist(pair.model, PROMPT + [t1], params).tolist()
+        for t2, p in enumerate(second):
+            if p > 0:
+                joint[(t1, t2)] = first[t1].item() * p
+    drafter: Any = pair.drafter
+    if drafter_kind == "target":
+        drafter = TargetDrafter(pair.drafter, pair.model, PROMPT, params)
+    engine = engine_for(pair, drafter, 4)
+    runs = 300
+    counts: dict[tuple[int, int], int] = {}
+    for seed in range(runs):
+        out = run(engine, 2, SamplingParams(temperature=1.0, top_p=0.5, seed=seed))
+        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
+    assert set(counts) <= set(joint)
+    big = [cell for cell, p in joint.items() if p * runs >= 5]
+    observed = [counts.get(cell, 0) for cell in big] + [runs - sum(counts.get(c, 0) for c in big)]
+    expected = [joint[cell] * runs for cell in big] + [runs * (1 - sum(joint[c] for c in big))]
+    assert chisquare(observed, expected).pvalue > 1e-3
