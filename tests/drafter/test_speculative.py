@@ -278,3 +278,14 @@ def test_sampled_tokens_follow_the_target_distribution(pair: Pair, drafter_kind:
     observed = [counts.get(cell, 0) for cell in big] + [runs - sum(counts.get(c, 0) for c in big)]
     expected = [joint[cell] * runs for cell in big] + [runs * (1 - sum(joint[c] for c in big))]
     assert chisquare(observed, expected).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("pair", ["qwen3"], indirect=True)
+def test_prompt_longer_than_one_prefill_chunk_gives_features_for_every_row(pair: Pair) -> None:
+    prompt = list(range(256)) * 9  # 2304 tokens: two prefill chunks
+    params = SamplingParams()
+    reference = [t.id for s in engine_for(pair).generate(prompt, 12, params) for t in s]
+    drafter = ForcedDrafter(pair.drafter, len(prompt), reference, agree=2)
+    out = [t.id for s in engine_for(pair, drafter, 4).generate(prompt, 8, params) for t in s]
+    assert out == reference[:8]
+    assert drafter.contexts[0].shape[1] == len(prompt)
