@@ -16,8 +16,9 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
-from policy import PolicyError
+from policy import PolicyError, overrides_from
 from policy.explain import add_explain_arguments, run_explain
+from policy.overrides import override_width
 from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
 from server.settings import ServeSettings, env_names
 
@@ -81,6 +82,11 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(settings_error_line(error, flags, environ), file=sys.stderr)
         return EXIT_BAD_VALUE
     try:
+        check_overrides(args.draft_block_size, environ)
+    except PolicyError as error:
+        print(f"error: invalid draft block size: {error}", file=sys.stderr)
+        return EXIT_BAD_VALUE
+    try:
         force_bundled = blas_mode(environ) == "bundled"
     except BlasSettingError as error:
         print(f"error: invalid setting {error}", file=sys.stderr)
@@ -97,6 +103,13 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     bad_value = isinstance(failure, LoadError | PolicyError)
     return EXIT_BAD_VALUE if bad_value else EXIT_LOAD_FAILED
+
+
+def check_overrides(flag: str | None, environ: Mapping[str, str]) -> None:
+    """Fail fast on an override that is no width at all; the drafter's maximum is
+    checked once it is loaded."""
+    for override in overrides_from(flag, environ):
+        override_width(override, max_width=None)
 
 
 def source_of(field: str, flags: Mapping[str, Any], environ: Mapping[str, str]) -> str:

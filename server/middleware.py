@@ -50,11 +50,10 @@ class RequestLog:
         self.metrics.latency.labels(route=route).observe(seconds)
         extra: dict[str, Any] = dict(scope.get("state", {}).get("draftwise", {}))
         extra.setdefault("request_id", f"req-{uuid.uuid4().hex[:12]}")
-        log.info(
-            "request",
+        extra.update(
             method=scope["method"],
             path=path,
             status=status,
             latency_ms=round(seconds * 1000, 1),
-            **extra,
         )
+        log.info("request", **extra)

@@ -47,6 +47,13 @@ def _env(name: str) -> AliasChoices:
     return AliasChoices(*env_names(name))
 
 
+def _model_dir(value: str | None) -> str | None:
+    """A model setting must name a saved model (hub downloads are not supported)."""
+    if value is not None and not (Path(value).expanduser() / "config.json").is_file():
+        raise ValueError("is not a model directory (no config.json there)")
+    return value
+
+
 def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "draftwise"
 
@@ -113,7 +120,14 @@ class ServeSettings(BaseSettings):
     @field_validator("draft_model")
     @classmethod
     def _none_means_no_drafter(cls, value: str | None) -> str | None:
-        return "none" if value is not None and value.lower() == "none" else value
+        if value is not None and value.lower() == "none":
+            return "none"
+        return _model_dir(value)
+
+    @field_validator("model")
+    @classmethod
+    def _model_dir(cls, value: str | None) -> str | None:
+        return _model_dir(value)
 
     def live(self) -> LiveSettings:
         return LiveSettings(**{name: getattr(self, name) for name in LIVE_FIELDS})

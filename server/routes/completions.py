@@ -146,7 +146,7 @@ async def collect(
             elif isinstance(event, Finished):
                 choices[event.index]["finish_reason"] = event.finish_reason
             elif isinstance(event, Failed):
-                record["status"] = event.reason
+                record["outcome"] = event.reason
                 raise failure(event)
             elif isinstance(event, Done):
                 record["completion_tokens"] = event.usage.completion_tokens
@@ -177,7 +177,7 @@ async def stream_events(
                 choice["finish_reason"] = event.finish_reason
                 yield sse({**header, "choices": [choice], "usage": None})
             elif isinstance(event, Failed):
-                record["status"] = event.reason
+                record["outcome"] = event.reason
                 yield sse(failure(event).body())
                 yield "data: [DONE]\n\n"
                 return

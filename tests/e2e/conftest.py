@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from tokenizers import Tokenizer
 
 from tests.e2e.serverproc import ServerProcess, clean_environ, free_port
 
@@ -52,3 +53,15 @@ def http(server: ServerProcess) -> Iterator[httpx.Client]:
 @pytest.fixture
 def client(server: ServerProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=API_KEY, max_retries=0)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model: Path) -> Tokenizer:
+    """The served model's own tokenizer, to write prompts and biases as token ids."""
+    return Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+
+
+@pytest.fixture(scope="session")
+def letters(tokenizer: Tokenizer) -> dict[str, float]:
+    """A logit_bias that makes the tiny model write lowercase letters only."""
+    return {str(tokenizer.token_to_id(chr(c))): 30.0 for c in range(ord("a"), ord("z") + 1)}

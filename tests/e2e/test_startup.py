@@ -1,0 +1,176 @@
+"""Startup through real processes: bad values stop it (exit 2, one line naming the input),
+flags beat environment variables, and the width resolution is logged as `dflash.config`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from drafter.dflash import write_random_drafter
+from tests.e2e.serverproc import ServerProcess, clean_environ, free_port, run_to_exit
+
+DRAFTER_MAX = 8
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"DRAFTWISE_PORT": "abc"}, "DRAFTWISE_PORT='abc'"),
+        ({"LLAMA_ARG_PORT": "70000"}, "LLAMA_ARG_PORT='70000'"),
+        ({"DRAFTWISE_MAX_QUEUE_DEPTH": "0"}, "DRAFTWISE_MAX_QUEUE_DEPTH='0'"),
+        ({"DRAFTWISE_EXACTNESS": "maybe"}, "DRAFTWISE_EXACTNESS='maybe'"),
+        ({"DRAFTWISE_BLAS": "fast"}, "DRAFTWISE_BLAS='fast'"),
+    ],
+)
+def test_a_bad_environment_value_stops_startup_naming_it(env: dict[str, str], named: str):
+    code, stderr = run_to_exit([], clean_environ(**env))
+    assert code == 2
+    (line,) = stderr.strip().splitlines()
+    assert named in line and line.startswith("error:")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--port", "abc"], "--port='abc'"),
+        (["--request-timeout-s", "0"], "--request-timeout-s='0'"),
+        (["--log-level", "loud"], "--log-level='loud'"),
+    ],
+)
+def test_a_bad_flag_value_stops_startup_naming_it(args: list[str], named: str):
+    code, stderr = run_to_exit(args, clean_environ(DRAFTWISE_PORT="8080"))
+    assert code == 2
+    (line,) = stderr.strip().splitlines()
+    assert named in line
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--draft-block-size", "abc"], {}, "--draft-block-size='abc'"),
+        ([], {"LLAMA_ARG_DRAFT_BLOCK_SIZE": "1"}, "LLAMA_ARG_DRAFT_BLOCK_SIZE='1'"),
+        ([], {"MLXCEL_DRAFT_BLOCK_SIZE": "x"}, "MLXCEL_DRAFT_BLOCK_SIZE='x'"),
+    ],
+)
+def test_a_bad_block_size_stops_startup_naming_it(
+    tiny_model: Path, args: list[str], env: dict[str, str], named: str
+):
+    args = ["--model", str(tiny_model), "--port", str(free_port()), *args]
+    code, stderr = run_to_exit(args, clean_environ(**env))
+    assert code == 2
+    assert named in stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--model", "/no/such/model"], {}, "--model='/no/such/model'"),
+        ([], {"LLAMA_ARG_MODEL": "/no/such/model"}, "LLAMA_ARG_MODEL='/no/such/model'"),
+    ],
+)
+def test_a_missing_model_directory_stops_startup_naming_it(
+    args: list[str], env: dict[str, str], named: str
+):
+    code, stderr = run_to_exit([*args, "--port", str(free_port())], clean_environ(**env))
+    assert code == 2
+    assert named in stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def drafter(tiny_model: Path, model_cache: Path) -> Path:
+    return write_random_drafter(
+        model_cache / "random-drafter", tiny_model, block_size=DRAFTER_MAX, seed=1
+    )
+
+
+OVERRIDES = {
+    "flag": ({"DRAFTWISE_DRAFT_BLOCK_SIZE": "5", "LLAMA_ARG_DRAFT_BLOCK_SIZE": "6"}, "4"),
+    "env:DRAFTWISE_DRAFT_BLOCK_SIZE": (
+        {"DRAFTWISE_DRAFT_BLOCK_SIZE": "5", "MLXCEL_DRAFT_BLOCK_SIZE": "7"},
+        None,
+    ),
+    "env:LLAMA_ARG_DRAFT_BLOCK_SIZE": (
+        {"LLAMA_ARG_DRAFT_BLOCK_SIZE": "6", "MLXCEL_DRAFT_BLOCK_SIZE": "7"},
+        None,
+    ),
+    "env:MLXCEL_DRAFT_BLOCK_SIZE": ({"MLXCEL_DRAFT_BLOCK_SIZE": "7"}, None),
+}
+EXPECTED_WIDTH = {
+    "flag": 4,
+    "env:DRAFTWISE_DRAFT_BLOCK_SIZE": 5,
+    "env:LLAMA_ARG_DRAFT_BLOCK_SIZE": 6,
+    "env:MLXCEL_DRAFT_BLOCK_SIZE": 7,
+}
+
+
+@pytest.fixture(scope="module")
+def override_servers(
+    tiny_model: Path, drafter: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
+    """One server per override surface, started together. They also exercise the
+    llama.cpp aliases (model and port from LLAMA_ARG_*) and a flag beating a bad env value."""
+    logs = tmp_path_factory.mktemp("override-servers")
+    servers = {}
+    for source, (env, flag) in OVERRIDES.items():
+        port = free_port()
+        args = ["--draft-model", str(drafter), "--max-queue-depth", "4"]
+        args += ["--draft-block-size", flag] if flag else []
+        environ = clean_environ(
+            **env,
+            LLAMA_ARG_MODEL=str(tiny_model),
+            LLAMA_ARG_PORT=str(port),
+            DRAFTWISE_MAX_QUEUE_DEPTH="0",  # invalid, but the flag wins
+        )
+        log_path = logs / f"{source.replace(':', '-')}.log"
+        servers[source] = ServerProcess(args, environ, log_path, port).start()
+    try:
+        yield {source: server.wait_ready() for source, server in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.mark.parametrize("source", list(OVERRIDES))
+def test_each_override_surface_sets_the_width_and_the_log_names_it(
+    override_servers: dict[str, ServerProcess], source: str
+):
+    server = override_servers[source]
+    config = server.wait_for_event("dflash.config")
+    assert (config["block_size"], config["source"]) == (EXPECTED_WIDTH[source], source)
+    assert config["speculative"] is True and config["drafter"].endswith("random-drafter")
+    ignored = [e["ignored"] for e in server.events() if e["event"] == "dflash.override_ignored"]
+    assert ignored == config["ignored"]
+    assert len(ignored) == len(OVERRIDES[source][0]) - (0 if OVERRIDES[source][1] else 1)
+    health = httpx.get(f"{server.base_url}/health").json()
+    assert health["speculative"]["block_size"] == EXPECTED_WIDTH[source]
+
+
+def test_speculative_greedy_output_equals_the_classic_servers(
+    override_servers: dict[str, ServerProcess], server: ServerProcess, model_id: str
+):
+    from tests.e2e.conftest import auth
+
+    body = {"model": model_id, "prompt": "def fib(n):", "max_tokens": 12, "temperature": 0}
+    body["logit_bias"] = {"256": -100}
+    classic = httpx.post(f"{server.base_url}/v1/completions", json=body, headers=auth()).json()
+    speculative_server = override_servers["flag"]
+    response = httpx.post(f"{speculative_server.base_url}/v1/completions", json=body)
+    speculative = response.json()
+    assert speculative["choices"][0]["text"] == classic["choices"][0]["text"]
+    counts = speculative["usage"]["draftwise"]
+    assert counts["block_size"] == 4 and counts["rounds"] >= 1
+    assert counts["drafted"] == 3 * counts["rounds"]
+    assert "draftwise" not in classic["usage"]
+
+
+def test_a_width_above_the_drafters_maximum_stops_startup_after_loading(
+    tiny_model: Path, drafter: Path
+):
+    args = ["--model", str(tiny_model), "--draft-model", str(drafter), "--port", str(free_port())]
+    code, stderr = run_to_exit([*args, "--draft-block-size", str(DRAFTER_MAX + 1)], clean_environ())
+    assert code == 2
+    line = stderr.strip().splitlines()[-1]
+    assert f"--draft-block-size='{DRAFTER_MAX + 1}'" in line and "maximum width 8" in line
