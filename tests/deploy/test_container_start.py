@@ -4,7 +4,7 @@ No container engine runs here, so the process gets what a pod gets: the image's 
 and CMD, the image's ENV, the ConfigMap (envFrom) and the Deployment's literal env, in
 Kubernetes' order. Only what must differ on a shared test machine is overridden: loopback
 instead of 0.0.0.0, a free port instead of 8000, a temporary directory as the pod's
-emptyDir cache. No model volume: the embedded default pair, as in a pod without one.
+cache volume. No model volume: the embedded default pair, as in a pod without one.
 """
 
 from __future__ import annotations
@@ -96,12 +96,19 @@ def wait_until_healthy(server: Server) -> None:
     raise AssertionError("server not healthy in time:\n" + "\n".join(server.lines[-40:]))
 
 
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory) -> Path:
+    """One cache for both starts, like a pod's cache on a PersistentVolumeClaim: the first
+    start converts the default pair into it, the restart after the width edit reuses it."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(scope="module", params=[{}, WIDTH_EDIT], ids=["configmap", "configmap+width"])
-def server(request, tmp_path_factory) -> Iterator[Server]:
+def server(request, cache_dir: Path) -> Iterator[Server]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = pod_environment(request.param, port, tmp_path_factory.mktemp("cache"))
+    env = pod_environment(request.param, port, cache_dir)
     process = subprocess.Popen(
         entrypoint_command(),
         env=env,
