@@ -20,7 +20,7 @@ from mlx_lm import load as mlx_lm_load
 
 from drafter.device import probe_device, quantization_of
 from drafter.engine import Engine
-from policy import Device, Resolution, overrides_from, resolve_width
+from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
 NO_DRAFTER = "none"
 DEFAULT_CONTEXT_LENGTH = 4096
@@ -48,6 +48,7 @@ class LoadOptions:
     draft_kind: str = "dflash"
     draft_block_size: str | None = None  # the CLI flag, raw
     environ: Mapping[str, str] = field(default_factory=dict)  # where override variables live
+    calibration: tuple[TableEntry, ...] = ()  # entries from a local policy file
     exactness: str = "require"
     dtype: str = "auto"
 
@@ -126,6 +127,7 @@ def load_engine(options: LoadOptions) -> Loaded:
         device=device,
         quantization=quantization,
         max_width=getattr(drafter, "max_width", None),
+        calibration=options.calibration,
     )
     speculate = drafter is not None and resolution.width is not None
     engine = Engine(

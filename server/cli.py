@@ -11,12 +11,13 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import structlog
 from pydantic import ValidationError
 
-from policy import PolicyError, overrides_from
+from policy import PolicyError, TableEntry, entries_from_json, overrides_from
 from policy.explain import add_explain_arguments, run_explain
 from policy.overrides import override_width
 from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
@@ -32,6 +33,7 @@ SERVE_FLAGS: dict[str, str] = {
     "draft_model": "DFlash drafter directory, or 'none' to serve classic decode",
     "draft_kind": "drafter kind (dflash)",
     "draft_block_size": "draft block width override (beats every environment variable)",
+    "policy_file": "calibration entries (JSON), consulted before the built-in table",
     "exactness": "require | warn | off: what to do when speculation is not exact",
     "cache_dir": "where generated/converted models are cached",
     "dtype": "auto | float16 | bfloat16 | float32",
@@ -87,6 +89,15 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"error: invalid draft block size: {error}", file=sys.stderr)
         return EXIT_BAD_VALUE
     try:
+        calibration = read_calibration(settings.policy_file)
+    except PolicyError as error:
+        source = source_of("policy_file", flags, environ)
+        print(
+            f"error: invalid setting {source}={str(settings.policy_file)!r}: {error}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_VALUE
+    try:
         force_bundled = blas_mode(environ) == "bundled"
     except BlasSettingError as error:
         print(f"error: invalid setting {error}", file=sys.stderr)
@@ -95,7 +106,7 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     blas_note = reexec_with_openblas_if_available(sys.orig_argv, environ, force_bundled)
     from server.serve import serve  # MLX and uvicorn load only when serving
 
-    failure = serve(settings, args.draft_block_size, dict(environ), flags, blas_note)
+    failure = serve(settings, args.draft_block_size, dict(environ), flags, calibration, blas_note)
     if failure is None:
         return 0
     print(failure_line(failure, flags, environ), file=sys.stderr)
@@ -103,6 +114,10 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     bad_value = isinstance(failure, LoadError | PolicyError)
     return EXIT_BAD_VALUE if bad_value else EXIT_LOAD_FAILED
+
+
+def read_calibration(path: Path | None) -> tuple[TableEntry, ...]:
+    return () if path is None else entries_from_json(path.expanduser().read_text())
 
 
 def check_overrides(flag: str | None, environ: Mapping[str, str]) -> None:

@@ -9,6 +9,7 @@ import structlog
 import uvicorn
 
 from drafter.loading import Loaded, LoadOptions, load_engine
+from policy import TableEntry
 from server.app import create_app
 from server.blas import blas_in_use
 from server.logs import configure_logging
@@ -22,7 +23,10 @@ log = structlog.get_logger("draftwise.server")
 
 
 def load_options(
-    settings: ServeSettings, draft_block_size: str | None, environ: Mapping[str, str]
+    settings: ServeSettings,
+    draft_block_size: str | None,
+    environ: Mapping[str, str],
+    calibration: tuple[TableEntry, ...] = (),
 ) -> LoadOptions:
     return LoadOptions(
         cache_dir=settings.cache_dir,
@@ -31,6 +35,7 @@ def load_options(
         draft_kind=settings.draft_kind,
         draft_block_size=draft_block_size,
         environ=environ,
+        calibration=calibration,
         exactness=settings.exactness,
         dtype=settings.dtype,
     )
@@ -48,6 +53,7 @@ def serve(
     draft_block_size: str | None,
     environ: Mapping[str, str],
     flags: Mapping[str, Any],
+    calibration: tuple[TableEntry, ...] = (),
     blas_note: str = "",
 ) -> BaseException | None:
     """Run until shutdown; returns the load failure that stopped the server, if any."""
@@ -72,7 +78,7 @@ def serve(
         )
         report_loaded(loaded, metrics, settings)
 
-    options = load_options(settings, draft_block_size, environ)
+    options = load_options(settings, draft_block_size, environ, calibration)
     worker = ModelWorker(
         lambda: load_engine(options),
         settings.max_queue_depth,

@@ -88,6 +88,7 @@ class ServeSettings(BaseSettings):
     model: str | None = Field(None, validation_alias=_env("model"))
     draft_model: str | None = Field(None, validation_alias=_env("draft_model"))
     draft_kind: str = Field("dflash", validation_alias=_env("draft_kind"))
+    policy_file: Path | None = Field(None, validation_alias=_env("policy_file"))
     exactness: Literal["require", "warn", "off"] = Field(
         "require", validation_alias=_env("exactness")
     )
@@ -123,6 +124,13 @@ class ServeSettings(BaseSettings):
         if value is not None and value.lower() == "none":
             return "none"
         return _model_dir(value)
+
+    @field_validator("policy_file")
+    @classmethod
+    def _readable_file(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.expanduser().is_file():
+            raise ValueError("is not a file")
+        return value
 
     @field_validator("model")
     @classmethod

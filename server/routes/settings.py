@@ -25,6 +25,7 @@ router = APIRouter(dependencies=[Depends(require_api_key)])
 
 WORKER_OWNED = ("model", "draft_model", "draft_kind", "draft_block_size")
 STARTUP_ONLY = (
+    "policy_file",
     "exactness",
     "cache_dir",
     "dtype",
@@ -38,6 +39,7 @@ TYPES: dict[str, str] = {
     "draft_model": "string",
     "draft_kind": "string",
     "draft_block_size": "integer",
+    "policy_file": "string",
     "exactness": "string",
     "cache_dir": "string",
     "dtype": "string",
@@ -58,6 +60,7 @@ def read_only_values(state: ServerState) -> dict[str, Any]:
     loaded = state.loaded
     values: dict[str, Any] = {name: getattr(settings, name, None) for name in STARTUP_ONLY}
     values["cache_dir"] = str(settings.cache_dir)
+    values["policy_file"] = str(settings.policy_file) if settings.policy_file else None
     values["api_key"] = "<set>" if settings.api_key else None
     values["draft_kind"] = settings.draft_kind
     if loaded is None:

@@ -3,6 +3,7 @@ flags beat environment variables, and the width resolution is logged as `dflash.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,12 +98,24 @@ OVERRIDES = {
         None,
     ),
     "env:MLXCEL_DRAFT_BLOCK_SIZE": ({"MLXCEL_DRAFT_BLOCK_SIZE": "7"}, None),
+    "calibration": ({}, None),  # DRAFTWISE_POLICY_FILE with an entry for this host
 }
 EXPECTED_WIDTH = {
     "flag": 4,
     "env:DRAFTWISE_DRAFT_BLOCK_SIZE": 5,
     "env:LLAMA_ARG_DRAFT_BLOCK_SIZE": 6,
     "env:MLXCEL_DRAFT_BLOCK_SIZE": 7,
+    "calibration": 3,
+}
+CALIBRATION = {
+    "backend": "cpu",
+    "compute_capability": None,
+    "quantization": None,
+    "drafter_kind": "dflash",
+    "width": 3,
+    "record": "local calibration record",
+    "mlx_version": "0.32.4",
+    "remeasure_when": "never (test entry)",
 }
 
 
@@ -113,6 +126,8 @@ def override_servers(
     """One server per override surface, started together. They also exercise the
     llama.cpp aliases (model and port from LLAMA_ARG_*) and a flag beating a bad env value."""
     logs = tmp_path_factory.mktemp("override-servers")
+    policy_file = logs / "policy.json"
+    policy_file.write_text(json.dumps({"entries": [CALIBRATION]}))
     servers = {}
     for source, (env, flag) in OVERRIDES.items():
         port = free_port()
@@ -123,6 +138,7 @@ def override_servers(
             LLAMA_ARG_MODEL=str(tiny_model),
             LLAMA_ARG_PORT=str(port),
             DRAFTWISE_MAX_QUEUE_DEPTH="0",  # invalid, but the flag wins
+            DRAFTWISE_POLICY_FILE=str(policy_file),
         )
         log_path = logs / f"{source.replace(':', '-')}.log"
         servers[source] = ServerProcess(args, environ, log_path, port).start()
@@ -143,7 +159,8 @@ def test_each_override_surface_sets_the_width_and_the_log_names_it(
     assert config["speculative"] is True and config["drafter"].endswith("random-drafter")
     ignored = [e["ignored"] for e in server.events() if e["event"] == "dflash.override_ignored"]
     assert ignored == config["ignored"]
-    assert len(ignored) == len(OVERRIDES[source][0]) - (0 if OVERRIDES[source][1] else 1)
+    expected_ignored = len(OVERRIDES[source][0]) - (0 if OVERRIDES[source][1] else 1)
+    assert len(ignored) == max(expected_ignored, 0)
     health = httpx.get(f"{server.base_url}/health").json()
     assert health["speculative"]["block_size"] == EXPECTED_WIDTH[source]
 
@@ -174,3 +191,12 @@ def test_a_width_above_the_drafters_maximum_stops_startup_after_loading(
     assert code == 2
     line = stderr.strip().splitlines()[-1]
     assert f"--draft-block-size='{DRAFTER_MAX + 1}'" in line and "maximum width 8" in line
+
+
+def test_a_policy_file_that_is_not_valid_stops_startup_naming_it(tmp_path: Path):
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text("{not json")
+    code, stderr = run_to_exit([], clean_environ(DRAFTWISE_POLICY_FILE=str(policy_file)))
+    assert code == 2
+    (line,) = stderr.strip().splitlines()
+    assert f"DRAFTWISE_POLICY_FILE='{policy_file}'" in line and "not valid JSON" in line

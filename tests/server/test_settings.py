@@ -1,0 +1,92 @@
+"""Settings: flags beat the environment, DRAFTWISE_ beats llama.cpp aliases, bad values
+are reported as one line naming the flag or variable, and every variable is published."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from policy import OVERRIDE_ENV_VARS
+from server.cli import SERVE_FLAGS, build_parser, settings_error_line, source_of
+from server.settings import ServeSettings, known_env_vars, unknown_env_vars
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in known_env_vars():
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_known_env_vars_cover_settings_aliases_and_width_overrides():
+    names = known_env_vars()
+    assert {"DRAFTWISE_MODEL", "DRAFTWISE_PORT", "DRAFTWISE_REQUEST_TIMEOUT_S"} <= names
+    assert {"LLAMA_ARG_MODEL", "LLAMA_ARG_HOST", "LLAMA_ARG_PORT", "LLAMA_API_KEY"} <= names
+    assert set(OVERRIDE_ENV_VARS) <= names
+    assert "PORT" not in names
+
+
+def test_a_flag_beats_the_environment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("DRAFTWISE_PORT", "9000")
+    assert ServeSettings().port == 9000
+    assert ServeSettings(port=9100).port == 9100
+
+
+def test_the_draftwise_name_beats_the_llama_alias(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LLAMA_ARG_PORT", "9001")
+    assert ServeSettings().port == 9001
+    monkeypatch.setenv("DRAFTWISE_PORT", "9002")
+    assert ServeSettings().port == 9002
+
+
+def test_unprefixed_names_are_not_read(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PORT", "1234")
+    monkeypatch.setenv("MODEL", "/nowhere")
+    assert ServeSettings().port == 8080
+
+
+def test_a_model_must_be_a_saved_model_directory(tiny_model: Path, tmp_path: Path):
+    assert ServeSettings(model=str(tiny_model)).model == str(tiny_model)
+    with pytest.raises(ValidationError):
+        ServeSettings(model=str(tmp_path))
+    assert ServeSettings(draft_model="None").draft_model == "none"
+
+
+def test_a_bad_environment_value_is_named_with_its_value(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LLAMA_ARG_PORT", "eighty")
+    with pytest.raises(ValidationError) as raised:
+        ServeSettings()
+    line = settings_error_line(raised.value, {}, {"LLAMA_ARG_PORT": "eighty"})
+    assert line.startswith("error: invalid setting LLAMA_ARG_PORT='eighty'")
+    assert "\n" not in line
+
+
+def test_a_bad_flag_is_named_as_the_flag():
+    with pytest.raises(ValidationError) as raised:
+        ServeSettings(max_queue_depth="0")
+    line = settings_error_line(raised.value, {"max_queue_depth": "0"}, {})
+    assert "--max-queue-depth='0'" in line
+
+
+def test_the_source_of_a_setting_is_the_flag_first_then_the_first_variable_set():
+    environ = {"LLAMA_ARG_MODEL": "/a", "DRAFTWISE_MODEL": "/b"}
+    assert source_of("model", {"model": "/c"}, environ) == "--model"
+    assert source_of("model", {}, environ) == "DRAFTWISE_MODEL"
+    assert source_of("model", {}, {"LLAMA_ARG_MODEL": "/a"}) == "LLAMA_ARG_MODEL"
+
+
+def test_unknown_draftwise_variables_are_reported():
+    environ = {"DRAFTWISE_MODLE": "x", "DRAFTWISE_PORT": "1", "HOME": "/root"}
+    assert unknown_env_vars(environ) == ["DRAFTWISE_MODLE"]
+
+
+def test_every_serve_flag_is_a_setting_or_the_width_override():
+    assert set(SERVE_FLAGS) == set(ServeSettings.model_fields) | {"draft_block_size"}
+    args = build_parser().parse_args(["serve", "--draft-block-size", "4", "--port", "1"])
+    assert (args.draft_block_size, args.port, args.model) == ("4", "1", None)
+
+
+def test_policy_explain_is_mounted():
+    args = build_parser().parse_args(["policy", "explain", "--backend", "cuda"])
+    assert args.backend == "cuda"
