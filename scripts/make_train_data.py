@@ -1,0 +1,188 @@
+"""Prompts for training and evaluating the default drafter, drawn from text on every machine.
+
+The source is the Python standard library of the interpreter running this script: its
+`.py` files give code, and `pydoc_data/topics.py` (the language reference as strings)
+plus long docstrings give prose. Nothing is copied into the repository; this module is
+the recipe. A deterministic part, chosen by the hash of each source's relative path, is
+held out for evaluation, so every machine (and every Python version) agrees on the split.
+
+Three kinds of prompt:
+- "code": a run of whole lines from a source file, continued raw;
+- "prose": a run of paragraphs from the reference topics or a docstring, continued raw;
+- "chat": an instruction about a code or prose excerpt in the target's chat template.
+
+Stdlib only, so it runs wherever the training script runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import random
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+HELD_OUT_PERCENT = 10
+SKIP_DIRS = {"site-packages", "dist-packages", "pydoc_data", "__pycache__", "idlelib", "turtledemo"}
+MIN_DOCSTRING_CHARS = 300
+
+CHAT_INSTRUCTIONS = {
+    "code": [
+        "Explain what this Python code does:\n\n```python\n{text}\n```",
+        "Rewrite this Python code with comments:\n\n```python\n{text}\n```",
+        "Write unit tests for this code:\n\n```python\n{text}\n```",
+    ],
+    "prose": [
+        "Summarize this text:\n\n{text}",
+        "Explain this to a beginner:\n\n{text}",
+        "Write a short Python example that illustrates this:\n\n{text}",
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+    kind: str  # "code", "prose" or "chat"
+    source: str  # relative path (or "topics/<key>") the text came from
+    chat: bool = False
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def is_held_out(source: str) -> bool:
+    """True for the evaluation part: ~HELD_OUT_PERCENT% of sources, by path hash."""
+    digest = hashlib.sha256(source.encode()).digest()
+    return int.from_bytes(digest[:4], "big") % 100 < HELD_OUT_PERCENT
+
+
+def source_files(root: Path) -> list[tuple[str, str]]:
+    """(relative path, text) of every readable stdlib .py file, sorted by path."""
+    files = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if SKIP_DIRS.intersection(rel.split("/")):
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue
+        if text.strip():
+            files.append((rel, text))
+    return files
+
+
+def topic_texts(root: Path) -> list[tuple[str, str]]:
+    """(topics/<key>, text) of the language reference strings in pydoc_data/topics.py."""
+    path = root / "pydoc_data" / "topics.py"
+    if not path.is_file():
+        return []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            pairs = zip(node.value.keys, node.value.values, strict=True)
+            return sorted(
+                (f"topics/{k.value}", v.value)
+                for k, v in pairs
+                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+            )
+    return []
+
+
+def docstrings(rel: str, text: str) -> Iterator[tuple[str, str]]:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node)
+            if doc and len(doc) >= MIN_DOCSTRING_CHARS:
+                yield rel, doc
+
+
+def line_window(text: str, rng: random.Random, min_chars: int, max_chars: int) -> str:
+    """A run of whole lines from a random line on, up to a random limit; "" if too short."""
+    lines = text.splitlines(keepends=True)
+    for _ in range(10):
+        start = rng.randrange(len(lines))
+        limit = rng.randint(min_chars, max_chars)
+        out: list[str] = []
+        size = 0
+        for line in lines[start:]:
+            if size + len(line) > limit and out:
+                break
+            out.append(line)
+            size += len(line)
+        if size >= min_chars or start == 0:
+            return "".join(out)
+    return ""
+
+
+def raw_prompts(
+    sources: list[tuple[str, str]], kind: str, per_source: int, rng: random.Random
+) -> list[Prompt]:
+    prompts = []
+    for rel, text in sources:
+        count = max(1, min(per_source, len(text) // 2000))
+        for _ in range(count):
+            window = line_window(text, rng, 200, 1500)
+            if window.strip():
+                prompts.append(Prompt(window, kind, rel))
+    return prompts
+
+
+def chat_prompts(
+    sources: list[tuple[str, str]], kind: str, count: int, rng: random.Random
+) -> list[Prompt]:
+    prompts = []
+    for _ in range(count if sources else 0):
+        rel, text = sources[rng.randrange(len(sources))]
+        window = line_window(text, rng, 150, 900).strip()
+        if window:
+            instruction = rng.choice(CHAT_INSTRUCTIONS[kind]).format(text=window)
+            prompts.append(Prompt(instruction, "chat", rel, chat=True))
+    return prompts
+
+
+def build_prompts(
+    seed: int = 0, root: Path | None = None, code_per_file: int = 12, prose_per_source: int = 8
+) -> list[Prompt]:
+    """Every prompt (train and held-out), in a deterministic order for a given seed."""
+    root = root or stdlib_root()
+    rng = random.Random(seed)
+    code = source_files(root)
+    prose = topic_texts(root) + [d for rel, text in code for d in docstrings(rel, text)]
+    prompts = raw_prompts(code, "code", code_per_file, rng)
+    prompts += raw_prompts(prose, "prose", prose_per_source, rng)
+    n_chat = len(prompts) // 6
+    prompts += chat_prompts(code, "code", n_chat // 2, rng)
+    prompts += chat_prompts(prose, "prose", n_chat - n_chat // 2, rng)
+    rng.shuffle(prompts)
+    return prompts
+
+
+def split(prompts: list[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
+    """(train, held_out) by the source's path hash."""
+    train = [p for p in prompts if not is_held_out(p.source)]
+    held_out = [p for p in prompts if is_held_out(p.source)]
+    return train, held_out
+
+
+def held_out_prompts(kind: str, count: int, seed: int = 0) -> list[str]:
+    """`count` held-out prompt texts of one kind, for evaluation on any machine."""
+    _, held_out = split(build_prompts(seed))
+    return [p.text for p in held_out if p.kind == kind][:count]
+
+
+if __name__ == "__main__":
+    all_prompts = build_prompts()
+    train, held = split(all_prompts)
+    for name, part in (("train", train), ("held_out", held)):
+        kinds = {k: sum(p.kind == k for p in part) for k in ("code", "prose", "chat")}
+        chars = sum(len(p.text) for p in part)
+        print(f"{name}: {len(part)} prompts, {chars / 1e6:.1f} M chars, {kinds}")
