@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +65,8 @@ def pod_environment(configmap_edit: dict[str, str], port: int, cache_dir: Path) 
     literal_env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
     # This machine's own settings must not leak in; PATH stays the host's (the image's venv
     # path does not exist here; the entry point is resolved from this environment instead).
-    host = {k: v for k, v in os.environ.items() if not k.startswith(("DRAFTWISE_", "LLAMA_"))}
+    ours = ("DRAFTWISE_", "LLAMA_", "MLXCEL_")
+    host = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     return {
         **host,
         **{k: v for k, v in image.env.items() if k != "PATH"},
@@ -103,12 +106,13 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
-@pytest.fixture(scope="module", params=[{}, WIDTH_EDIT], ids=["configmap", "configmap+width"])
-def server(request, cache_dir: Path) -> Iterator[Server]:
+@contextmanager
+def pod(configmap_edit: dict[str, str], cache_dir: Path) -> Iterator[Server]:
+    """The container's process, healthy; stopped with SIGTERM (then SIGKILL) afterwards."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = pod_environment(request.param, port, cache_dir)
+    env = pod_environment(configmap_edit, port, cache_dir)
     process = subprocess.Popen(
         entrypoint_command(),
         env=env,
@@ -131,6 +135,12 @@ def server(request, cache_dir: Path) -> Iterator[Server]:
             process.kill()
             process.wait()
         reader.join(timeout=5)
+
+
+@pytest.fixture(scope="module", params=[{}, WIDTH_EDIT], ids=["configmap", "configmap+width"])
+def server(request, cache_dir: Path) -> Iterator[Server]:
+    with pod(request.param, cache_dir) as running:
+        yield running
 
 
 def expected_width(server: Server) -> tuple[int, str]:
@@ -170,3 +180,26 @@ def test_a_completion_comes_back_through_the_openai_sdk(server: Server):
 def test_metrics_export_the_queue_depth_the_cuda_autoscaler_reads(server: Server):
     metrics = httpx.get(server.base_url + "/metrics", timeout=5).text
     assert any(line.startswith("draftwise_queue_depth ") for line in metrics.splitlines())
+
+
+def test_sigterm_lets_an_inflight_request_finish_and_exits_within_the_grace_period(cache_dir):
+    deployment = by_kind(load_documents(K8S_BASE / "deployment.yaml"), "Deployment")
+    grace_s = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    with pod({}, cache_dir) as server:
+        client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused")
+        (model,) = client.models.list().data
+        stream = client.completions.create(
+            model=model.id, prompt="Once upon a time", max_tokens=24, temperature=0, stream=True
+        )
+        chunks = iter(stream)
+        first = next(chunks)
+        # What the kubelet does when the pod is deleted or rolled.
+        server.process.send_signal(signal.SIGTERM)
+        rest = list(chunks)
+        returncode = server.process.wait(timeout=grace_s)
+    text = "".join(chunk.choices[0].text for chunk in [first, *rest] if chunk.choices)
+    finish = [c.choices[0].finish_reason for c in rest if c.choices and c.choices[0].finish_reason]
+    assert finish in (["length"], ["stop"])
+    assert text
+    # uvicorn re-raises the SIGTERM after its graceful shutdown, so -SIGTERM is a clean exit.
+    assert returncode in (0, -signal.SIGTERM)
