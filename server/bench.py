@@ -49,6 +49,7 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
     '    """Yield every file path under root whose name matches the regex pattern."""\n',
     "The history of the printing press begins in the fifteenth century, when",
 )
+SERVER_MODE = "server (one draftwise serve process per arm)"
 SERVE_ENTRY = "import sys; from server.cli import main; sys.exit(main())"
 HOST_PROBE = """
 import json, os, sys
@@ -381,7 +382,8 @@ def run_sweep(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     for index, (width, label) in enumerate(plan, start=1):
         tag = f"[{index}/{len(plan)}]"
         arms.append(run_arm(config, width, label, env, log_dir, progress, tag))
-    setup = sweep_setup(config, arms, started, log_dir)
+    setup = sweep_setup(config, served_by(arms), started, SERVER_MODE)
+    setup.update(server_args=list(config.server_args), server_logs=str(log_dir))
     name = config.name or default_name(host, setup, started)
     return build_record(name=name, arms=arms, setup=setup, host=host)
 
@@ -395,14 +397,18 @@ def check_config(config: BenchConfig) -> None:
         raise BenchError(f"widths must be >= 2, got {list(config.widths)}")
 
 
+def served_by(arms: Sequence[Arm]) -> dict[str, Any]:
+    """What a speculative arm's server reported (drafter, backend, quantization, ...)."""
+    return next((arm.served for arm in arms if arm.served.get("speculative")), arms[0].served)
+
+
 def sweep_setup(
-    config: BenchConfig, arms: Sequence[Arm], started: datetime, log_dir: Path
+    config: BenchConfig, served: Mapping[str, Any], started: datetime, mode: str
 ) -> dict[str, Any]:
-    served = next((arm.served for arm in arms if arm.served.get("speculative")), arms[0].served)
     return {
         "started": started.isoformat(timespec="seconds"),
         "command": config.command,
-        "mode": "server (one draftwise serve process per arm)",
+        "mode": mode,
         "target": config.model or "default pair (SmolLM2-135M-Instruct)",
         "drafter": served.get("drafter") or config.draft_model or "default drafter",
         "target_files": describe_model_dir(served.get("model_path") or config.model),
@@ -418,8 +424,6 @@ def sweep_setup(
         "temperature": 0.0,
         "ignore_eos": True,
         "prompts": list(config.prompts),
-        "server_args": list(config.server_args),
-        "server_logs": str(log_dir),
     }
 
 
@@ -622,8 +626,9 @@ def run_bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
         if args.in_process:
-            from server.bench_inprocess import run_in_process
+            from server.bench_inprocess import run_in_process, use_chosen_blas
 
+            print_progress(f"blas: {use_chosen_blas(config)}")
             record = run_in_process(config, print_progress)
         else:
             record = run_sweep(config, print_progress)

@@ -179,11 +179,20 @@ def build_record(
     setup: dict[str, Any],
     host: dict[str, Any],
 ) -> dict[str, Any]:
-    """The record: arms[0] and arms[-1] are the classic control, widths in between."""
+    """The record. Server sweeps: arms[0] and arms[-1] are the classic control, widths in
+    between. Interleaved (in-process) sweeps: only arms[0] is classic, its runs interleaved
+    with every width's in each repetition, so there is no separate last control arm."""
     first, last = arms[0], arms[-1]
-    if first.width is not None or last.width is not None:
-        raise ValueError("a sweep starts and ends with the classic arm")
-    control = classic_control(first, last)
+    if first.width is not None:
+        raise ValueError("a sweep starts with the classic arm")
+    if last.width is None and len(arms) > 1:
+        control = classic_control(first, last)
+        control["arm"] = "classic (--draft-model none), first and last"
+    else:
+        whole = asdict(first.tok_s())
+        control = {"first": whole, "last": None, "union": whole, "drift": None}
+        control["overlapping"] = None
+        control["arm"] = "classic, interleaved with every width in each repetition"
     classic = Range(**control["union"])
     classic_sha = first.text_sha256()
     return {
@@ -193,7 +202,7 @@ def build_record(
         "setup": setup,
         "n": len(first.runs),
         "warmup": len(first.warmup),
-        "control": {**control, "arm": "classic (--draft-model none), first and last"},
+        "control": control,
         "arms": [arm_summary(arm, classic, classic_sha) for arm in arms],
     }
 
@@ -259,25 +268,34 @@ def render_markdown(record: dict[str, Any]) -> str:
             f"{'yes' if arm['identical_to_classic'] else 'NO'}"
             f"{'' if arm['stable'] else ' (unstable)'} |"
         )
-    first, last = Range(**control["first"]), Range(**control["last"])
+    lines += ["", control_sentence(control), ""]
     lines += [
-        "",
-        f"Control: classic first {first.describe()} tok/s, last {last.describe()} tok/s, "
-        f"drift of the median {100 * control['drift']:+.1f}%"
-        f"{'' if control['overlapping'] else ' (the two control ranges do not overlap)'}. "
-        "Verdicts compare each width's range with the union of both control ranges: "
-        "above/below only when disjoint.",
-        "",
         "Acceptance length is (accepted drafts + bonus tokens) / rounds from the server's "
-        "counters in `usage.draftwise`; emitted/round is completion tokens / rounds; "
-        "ms/round is e2e time / rounds (prefill included); classic decode counts one round "
-        "per token.",
+        "counters in `usage.draftwise` (in-process: the engine's); emitted/round is "
+        "completion tokens / rounds; ms/round is e2e time / rounds (prefill included); "
+        "classic decode counts one round per token.",
         "",
         f"Byte identity: sha256 of each arm's text per prompt, classic `{_sha(record)}`. "
         "JSON next to this file has every request.",
         "",
     ]
     return "\n".join(lines)
+
+
+def control_sentence(control: dict[str, Any]) -> str:
+    first = Range(**control["first"])
+    if control["last"] is None:
+        return (
+            f"Control: classic {first.describe()} tok/s, {control['arm']}. Verdicts compare "
+            "each width's range with it: above/below only when disjoint."
+        )
+    last = Range(**control["last"])
+    apart = "" if control["overlapping"] else " (the two control ranges do not overlap)"
+    return (
+        f"Control: classic first {first.describe()} tok/s, last {last.describe()} tok/s, "
+        f"drift of the median {100 * control['drift']:+.1f}%{apart}. Verdicts compare each "
+        "width's range with the union of both control ranges: above/below only when disjoint."
+    )
 
 
 def _sha(record: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from server.bench import (
     server_environment,
     speculative_config,
 )
+from server.bench_inprocess import run_in_process
 from server.bench_record import (
     ABOVE,
     BELOW,
@@ -264,3 +265,44 @@ def test_sweep_record_is_written_as_markdown_and_json(swept, tmp_path):
     assert text == render_markdown(record)
     assert "| width 2 | 2 |" in text and "Control: classic first" in text
     assert "blas: reference (" in text
+
+
+def test_an_interleaved_sweep_uses_its_one_classic_arm_as_the_control():
+    record = build_record(
+        name="t", arms=[arm("classic", None, 10, 11, 12), arm("width 2", 2, 13, 14, 15)],
+        setup={}, host={},
+    )  # fmt: skip
+    assert record["control"]["last"] is None and record["control"]["drift"] is None
+    assert record["control"]["union"] == pytest.approx({"low": 10, "median": 11, "high": 12})
+    assert record["arms"][1]["verdict"] == ABOVE
+    assert "interleaved" in render_markdown(record)
+
+
+# ---- in-process: the issue-4 benchmark core, same record -----------------------------------
+
+
+def test_in_process_sweep_interleaves_widths_and_writes_the_same_record(swept):
+    _, _, root = swept
+    messages: list[str] = []
+    config = BenchConfig(
+        widths=(2, 3),
+        prompts=(PROMPT,),
+        max_tokens=MAX_TOKENS,
+        n=2,
+        model=str(root / "target"),
+        draft_model=str(root / "drafter"),
+        cache_dir=str(root / "cache"),
+        name="tiny-in-process",
+    )
+    record = run_in_process(config, messages.append)
+    assert [a["label"] for a in record["arms"]] == ["classic", "width 2", "width 3"]
+    assert record["setup"]["mode"].startswith("in-process")
+    assert record["n"] == 2 and record["warmup"] == 1
+    assert record["control"]["last"] is None
+    for arm_record in record["arms"]:
+        assert arm_record["tokens_per_run"] == MAX_TOKENS
+        assert arm_record["identical_to_classic"] and arm_record["stable"]
+    width3 = record["arms"][2]
+    assert width3["served"]["block_size"] == 3 and width3["acceptance_length"] >= 1.0
+    assert width3["runs"][0][0]["drafted"] == 2 * width3["runs"][0][0]["rounds"]
+    assert any("width 3" in m for m in messages)
