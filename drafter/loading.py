@@ -20,6 +20,7 @@ from mlx_lm import load as mlx_lm_load
 
 from drafter.device import probe_device, quantization_of
 from drafter.engine import Engine
+from drafter.probe import ProbeResult, probe_exactness
 from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
 NO_DRAFTER = "none"
@@ -68,7 +69,8 @@ class Loaded:
     device: Device
     quantization: str | None
     resolution: Resolution
-    exactness: str
+    exactness: str  # 'exact', 'differs@N' (first differing token), 'off', or 'n/a' (no drafter)
+    probe: ProbeResult | None = None
 
     @property
     def speculative(self) -> bool:
@@ -89,6 +91,7 @@ class Loaded:
             "compute_capability": capability_text,
             "quantization": self.quantization,
             "exactness": self.exactness,
+            "probe_tokens": self.probe.tokens if self.probe else None,
         }
 
 
@@ -129,17 +132,29 @@ def load_engine(options: LoadOptions) -> Loaded:
         max_width=getattr(drafter, "max_width", None),
         calibration=options.calibration,
     )
-    speculate = drafter is not None and resolution.width is not None
+    classic = Engine(
+        model, tokenizer, model_id=model_id, context_length=context_length(target_path)
+    )
+    if drafter is None or resolution.width is None:
+        exactness = "off" if options.exactness == "off" else "n/a"
+        return Loaded(
+            classic, target_path, drafter_path, device, quantization, resolution, exactness
+        )
     engine = Engine(
         model,
         tokenizer,
         model_id=model_id,
-        context_length=context_length(target_path),
-        drafter=drafter if speculate else None,
-        block_size=resolution.width if speculate else None,
+        context_length=classic.context_length,
+        drafter=drafter,
+        block_size=resolution.width,
     )
-    exactness = check_exactness(engine, options.exactness)
-    return Loaded(engine, target_path, drafter_path, device, quantization, resolution, exactness)
+    probe = None if options.exactness == "off" else probe_exactness(engine)
+    exactness = "off" if probe is None else probe.summary
+    if probe is not None and not probe.exact and options.exactness == "require":
+        engine = classic  # speculation would change greedy output: serve classic, loudly
+    return Loaded(
+        engine, target_path, drafter_path, device, quantization, resolution, exactness, probe
+    )
 
 
 def model_dir(value: str, setting: str) -> Path:
@@ -162,13 +177,6 @@ def load_drafter(path: Path, target: nn.Module) -> Any:
     from drafter.dflash import load_drafter as load_dflash
 
     return load_dflash(path, target)
-
-
-def check_exactness(engine: Engine, mode: str) -> str:
-    """Placeholder until the exactness probe lands: 'off', 'n/a' (classic) or 'unchecked'."""
-    if mode == "off":
-        return "off"
-    return "unchecked" if engine.speculative else "n/a"
 
 
 def context_length(target_path: Path) -> int:

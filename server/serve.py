@@ -106,6 +106,15 @@ def serve(
 def report_loaded(loaded: Loaded, metrics: Metrics, settings: ServeSettings) -> None:
     config = loaded.speculative_config()
     log.info("dflash.config", **config)
+    probe = loaded.probe
+    if probe is not None and not probe.exact:
+        serving = "speculative (exactness=warn)" if loaded.speculative else "classic decode"
+        log.warning(
+            "dflash.inexact",
+            block_size=probe.width,
+            first_difference=probe.first_difference,
+            serving=serving,
+        )
     for override in loaded.resolution.ignored:
         log.info("dflash.override_ignored", ignored=override.describe(), winner=config["source"])
     metrics.block_size.set(loaded.engine.block_size or 0)

@@ -22,6 +22,8 @@ from server.blas import BLAS_ENV, REEXEC_MARKER
 ENV_PREFIX = "DRAFTWISE_"
 WORKER_OWNED_REASON = "owned by the model worker; restart required"
 STARTUP_ONLY_REASON = "fixed at startup; restart required"
+# Read by scripts/serve and scripts/test (which MLX backend extra to install), not at run time.
+INSTALL_EXTRA_ENV = "DRAFTWISE_EXTRA"
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 MaxTokens = Annotated[int, Field(ge=1)]
@@ -144,7 +146,7 @@ class ServeSettings(BaseSettings):
 def known_env_vars() -> set[str]:
     """Every environment variable the server reads, width overrides included."""
     names = {name for field in ServeSettings.model_fields for name in env_names(field)}
-    return names | set(OVERRIDE_ENV_VARS) | {BLAS_ENV, REEXEC_MARKER}
+    return names | set(OVERRIDE_ENV_VARS) | {BLAS_ENV, REEXEC_MARKER, INSTALL_EXTRA_ENV}
 
 
 def unknown_env_vars(environ: Mapping[str, str]) -> list[str]:

@@ -157,6 +157,7 @@ def test_each_override_surface_sets_the_width_and_the_log_names_it(
     config = server.wait_for_event("dflash.config")
     assert (config["block_size"], config["source"]) == (EXPECTED_WIDTH[source], source)
     assert config["speculative"] is True and config["drafter"].endswith("random-drafter")
+    assert (config["exactness"], config["probe_tokens"]) == ("exact", 64)
     ignored = [e["ignored"] for e in server.events() if e["event"] == "dflash.override_ignored"]
     assert ignored == config["ignored"]
     expected_ignored = len(OVERRIDES[source][0]) - (0 if OVERRIDES[source][1] else 1)
