@@ -385,6 +385,7 @@ def run_sweep(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     setup = sweep_setup(config, served_by(arms), started, SERVER_MODE)
     setup.update(server_args=list(config.server_args), server_logs=str(log_dir))
     name = config.name or default_name(host, setup, started)
+    host["load_average_end"] = load_average()
     return build_record(name=name, arms=arms, setup=setup, host=host)
 
 
@@ -462,6 +463,7 @@ def host_info(env: Mapping[str, str]) -> dict[str, Any]:
     """CPU, cores, memory, BLAS, GPU (compute capability, driver), MLX and mlx-lm versions."""
     info: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count()}
     info["memory_gib"] = memory_gib()
+    info["load_average_start"] = load_average()
     probe = probe_mlx(env)
     info["blas"] = probe.get("blas", "unknown")
     info["mlx"] = probe.get("mlx") or _version("mlx")
@@ -489,6 +491,11 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    """1/5/15-minute load: other work on the host skews a CPU sweep."""
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def memory_gib() -> float | None:

@@ -17,7 +17,15 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from server.bench import BenchConfig, BenchError, Progress, default_name, host_info, sweep_setup
+from server.bench import (
+    BenchConfig,
+    BenchError,
+    Progress,
+    default_name,
+    host_info,
+    load_average,
+    sweep_setup,
+)
 from server.bench_record import Arm, Request, Run, build_record
 from server.blas import reexec_with_openblas_if_available
 from server.settings import default_cache_dir
@@ -78,6 +86,7 @@ def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         exactness="off",
         dtype=config.dtype or "auto",
     )
+    host = host_info(os.environ)
     progress("loading the pair in this process")
     loaded = load_engine(options)
     if loaded.engine.drafter is None:
@@ -96,7 +105,7 @@ def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         on_progress=progress,
     )
     arms = arms_from_samples(samples, widths, served)
-    host = host_info(os.environ)
+    host["load_average_end"] = load_average()
     setup = sweep_setup(config, served, started, IN_PROCESS_MODE)
     name = config.name or default_name(host, setup, started)
     record = build_record(name=name, arms=arms, setup=setup, host=host)
