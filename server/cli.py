@@ -1,4 +1,4 @@
-"""`draftwise serve` and `draftwise policy explain`.
+"""`draftwise serve`, `draftwise policy explain`, `draftwise bench`, `draftwise calibrate`.
 
 Flags beat environment variables: a flag's value is passed to the settings as
 an init value, which pydantic-settings ranks above the environment. A bad
@@ -11,16 +11,17 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
 from pydantic import ValidationError
 
-from policy import PolicyError, TableEntry, entries_from_json, overrides_from
+from policy import PolicyError, TableEntry, overrides_from
 from policy.explain import add_explain_arguments, run_explain
 from policy.overrides import override_width
+from server.bench import add_bench_parser
 from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
+from server.calibrate import add_calibrate_parser, default_calibration_path, load_calibration
 from server.settings import ServeSettings, env_names
 
 EXIT_BAD_VALUE = 2
@@ -33,7 +34,7 @@ SERVE_FLAGS: dict[str, str] = {
     "draft_model": "DFlash drafter directory, or 'none' to serve classic decode",
     "draft_kind": "drafter kind (dflash)",
     "draft_block_size": "draft block width override (beats every environment variable)",
-    "policy_file": "calibration entries (JSON), consulted before the built-in table",
+    "policy_file": "calibration entries (JSON); default: the file draftwise calibrate wrote",
     "exactness": "require | warn | off: what to do when speculation is not exact",
     "cache_dir": "where generated/converted models are cached",
     "dtype": "auto | float16 | bfloat16 | float32",
@@ -62,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     policy = commands.add_parser("policy", help="inspect the draft width policy")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     add_explain_arguments(policy_commands.add_parser("explain", help="what a host would get"))
+    add_bench_parser(commands)
+    add_calibrate_parser(commands)
     return parser
 
 
@@ -69,7 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "policy":
         return run_explain(args)
-    return run_serve(args, os.environ)
+    if args.command == "serve":
+        return run_serve(args, os.environ)
+    return args.func(args)
 
 
 def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -89,13 +94,10 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"error: invalid draft block size: {error}", file=sys.stderr)
         return EXIT_BAD_VALUE
     try:
-        calibration = read_calibration(settings.policy_file)
+        calibration = read_calibration(settings)
     except PolicyError as error:
-        source = source_of("policy_file", flags, environ)
-        print(
-            f"error: invalid setting {source}={str(settings.policy_file)!r}: {error}",
-            file=sys.stderr,
-        )
+        label = policy_file_label(settings, flags, environ)
+        print(f"error: invalid setting {label}: {error}", file=sys.stderr)
         return EXIT_BAD_VALUE
     try:
         force_bundled = blas_mode(environ) == "bundled"
@@ -116,8 +118,18 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return EXIT_BAD_VALUE if bad_value else EXIT_LOAD_FAILED
 
 
-def read_calibration(path: Path | None) -> tuple[TableEntry, ...]:
-    return () if path is None else entries_from_json(path.expanduser().read_text())
+def read_calibration(settings: ServeSettings) -> tuple[TableEntry, ...]:
+    """--policy-file, else what `draftwise calibrate` wrote under the cache dir, if anything."""
+    path = settings.policy_file or default_calibration_path(settings.cache_dir)
+    return load_calibration(path.expanduser())
+
+
+def policy_file_label(
+    settings: ServeSettings, flags: Mapping[str, Any], environ: Mapping[str, str]
+) -> str:
+    if settings.policy_file is None:
+        return "calibration file (written by draftwise calibrate)"
+    return f"{source_of('policy_file', flags, environ)}={str(settings.policy_file)!r}"
 
 
 def check_overrides(flag: str | None, environ: Mapping[str, str]) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_ENV_PREFIXES = ("DRAFTWISE_", "LLAMA_", "MLXCEL_")
+ISOLATED_CACHE = Path(tempfile.mkdtemp(prefix="draftwise-e2e-cache-"))
+atexit.register(shutil.rmtree, ISOLATED_CACHE, ignore_errors=True)
 START_TIMEOUT_S = 60.0
 
 
@@ -26,9 +31,10 @@ def free_port() -> int:
 
 
 def clean_environ(**extra: str) -> dict[str, str]:
-    """This process's environment without any server setting, plus `extra`."""
+    """This process's environment without any server setting, plus `extra`; the cache
+    directory is a fresh one, so nothing a developer calibrated or cached leaks in."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith(SERVER_ENV_PREFIXES)}
-    return {**env, **extra}
+    return {**env, "DRAFTWISE_CACHE_DIR": str(ISOLATED_CACHE), **extra}
 
 
 def command(*args: str) -> list[str]:

@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from policy import OVERRIDE_ENV_VARS
-from server.cli import SERVE_FLAGS, build_parser, settings_error_line, source_of
+from policy import OVERRIDE_ENV_VARS, TableEntry
+from server.calibrate import default_calibration_path, write_calibration
+from server.cli import (
+    SERVE_FLAGS,
+    build_parser,
+    read_calibration,
+    settings_error_line,
+    source_of,
+)
 from server.settings import ServeSettings, known_env_vars, unknown_env_vars
 
 
@@ -87,6 +94,15 @@ def test_every_serve_flag_is_a_setting_or_the_width_override():
     assert (args.draft_block_size, args.port, args.model) == ("4", "1", None)
 
 
-def test_policy_explain_is_mounted():
+def test_policy_explain_bench_and_calibrate_are_mounted():
     args = build_parser().parse_args(["policy", "explain", "--backend", "cuda"])
     assert args.backend == "cuda"
+    assert build_parser().parse_args(["bench", "--widths", "2,4"]).widths == (2, 4)
+    assert build_parser().parse_args(["calibrate"]).command == "calibrate"
+
+
+def test_serve_reads_the_calibration_file_under_the_cache_dir_by_default(tmp_path: Path):
+    entry = TableEntry("cpu", None, None, "dflash", 3, "record", "0.32.4", "never")
+    write_calibration(default_calibration_path(tmp_path), [entry])
+    assert read_calibration(ServeSettings(cache_dir=tmp_path)) == (entry,)
+    assert read_calibration(ServeSettings(cache_dir=tmp_path / "empty")) == ()
