@@ -105,18 +105,20 @@ class Engine:
         max_tokens: int,
         params: SamplingParams,
         stats: GenerationStats | None = None,
+        ignore_eos: bool = False,
     ) -> Iterator[list[Token]]:
-        """Yield the tokens of each round; stops after max_tokens or an EOS token (yielded)."""
+        """Yield the tokens of each round; stops after max_tokens or an EOS token (yielded).
+        With `ignore_eos`, EOS is an ordinary token and only max_tokens stops."""
         stats = stats if stats is not None else GenerationStats()
         if self.speculative:
             from drafter.speculative import speculative_generate
 
-            yield from speculative_generate(self, prompt, max_tokens, params, stats)
+            yield from speculative_generate(self, prompt, max_tokens, params, stats, ignore_eos)
         else:
-            yield from self.classic_generate(prompt, max_tokens, params)
+            yield from self.classic_generate(prompt, max_tokens, params, ignore_eos)
 
     def classic_generate(
-        self, prompt: list[int], max_tokens: int, params: SamplingParams
+        self, prompt: list[int], max_tokens: int, params: SamplingParams, ignore_eos: bool = False
     ) -> Iterator[list[Token]]:
         """Plain autoregressive decode, pipelined like mlx-lm's generate_step:
         the next step's graph is queued before the current token is read back."""
@@ -125,6 +127,7 @@ class Engine:
         cache = make_prompt_cache(self.model)
         chooser = TokenChooser(params)
         vocab = self.vocab_size
+        eos = set() if ignore_eos else self.eos_ids
         counts = mx.zeros((vocab,), dtype=mx.float32) if has_penalties(params) else None
 
         def step(logits: mx.array) -> tuple[mx.array, mx.array]:
@@ -141,7 +144,7 @@ class Engine:
                 mx.async_eval(next_y, next_logprobs)
             token = y.item()
             yield [make_token(token, logprobs, params)]
-            if token in self.eos_ids:
+            if token in eos:
                 return
             if n + 1 < max_tokens:
                 y, logprobs = next_y, next_logprobs

@@ -45,9 +45,10 @@ def speculative_generate(
     max_tokens: int,
     params: SamplingParams,
     stats: GenerationStats,
+    ignore_eos: bool = False,
 ) -> Iterator[list[Token]]:
     """Yield the tokens of each round (the first holds the prefill's token)."""
-    yield from Session(engine, params, stats).generate(prompt, max_tokens)
+    yield from Session(engine, params, stats, ignore_eos).generate(prompt, max_tokens)
 
 
 def one_hots(tokens: mx.array, vocab: int) -> mx.array:
@@ -57,7 +58,13 @@ def one_hots(tokens: mx.array, vocab: int) -> mx.array:
 class Session:
     """One request's speculative state; tests read `cache` between rounds."""
 
-    def __init__(self, engine: Engine, params: SamplingParams, stats: GenerationStats):
+    def __init__(
+        self,
+        engine: Engine,
+        params: SamplingParams,
+        stats: GenerationStats,
+        ignore_eos: bool = False,
+    ):
         self.model: nn.Module = engine.model
         self.drafter: Any = engine.drafter
         self.width: int = engine.block_size
@@ -65,7 +72,7 @@ class Session:
             raise ValueError(f"speculative decoding needs a block width >= 2, got {self.width}")
         self.params = params
         self.stats = stats
-        self.eos_ids = engine.eos_ids
+        self.eos_ids = set() if ignore_eos else engine.eos_ids
         self.vocab = engine.vocab_size
         rollback.prepare(self.model)
         self.capture = installed(self.model, self.drafter.target_layer_ids)

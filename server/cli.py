@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import structlog
 from pydantic import ValidationError
@@ -47,6 +47,9 @@ SERVE_FLAGS: dict[str, str] = {
     "default_temperature": "temperature when a request omits it",
     "default_top_p": "top_p when a request omits it",
     "log_level": "debug | info | warning | error",
+    "shutdown_grace_s": "on SIGTERM, how long in-flight requests may take to finish",
+    "max_body_bytes": "largest request body accepted; beyond it, 413",
+    "cors_allow_origins": "comma-separated origins allowed by CORS, or '*'; empty: CORS off",
 }
 
 
@@ -110,12 +113,20 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     failure = serve(settings, args.draft_block_size, dict(environ), flags, calibration, blas_note)
     if failure is None:
-        return 0
+        exit_now(0)
     print(failure_line(failure, flags, environ), file=sys.stderr)
     from drafter.loading import LoadError
 
     bad_value = isinstance(failure, LoadError | PolicyError)
-    return EXIT_BAD_VALUE if bad_value else EXIT_LOAD_FAILED
+    exit_now(EXIT_BAD_VALUE if bad_value else EXIT_LOAD_FAILED)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit without interpreter teardown: once MLX has run on the worker thread, its native
+    threads can hit std::terminate in static destructors (SIGABRT instead of `code`)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def read_calibration(settings: ServeSettings) -> tuple[TableEntry, ...]:

@@ -32,6 +32,7 @@ class CompletionPlan:
     stop: tuple[str, ...] = ()
     echo: bool = False
     logprobs: int | None = None
+    ignore_eos: bool = False  # EOS is an ordinary token; only max_tokens (or stop) ends
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ def run_choice(
     stats: GenerationStats,
 ) -> Finished:
     stream = TextStream(engine.tokenizer, plan.stop)
-    eos = engine.eos_ids
+    eos = set() if plan.ignore_eos else engine.eos_ids
     generated = 0
     finish_reason = "length"
 
@@ -125,7 +126,8 @@ def run_choice(
             logprobs = names.legacy(piece.tokens, offset) if plan.logprobs is not None else None
             emit(Chunk(choice.index, piece.text, logprobs))
 
-    for round_tokens in engine.generate(prompt, plan.max_tokens, choice.params, stats):
+    rounds = engine.generate(prompt, plan.max_tokens, choice.params, stats, plan.ignore_eos)
+    for round_tokens in rounds:
         for token in round_tokens:
             generated += 1
             if token.id in eos:

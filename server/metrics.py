@@ -24,6 +24,16 @@ class Metrics:
         self.rejections = Counter(
             "draftwise_queue_rejections", "Requests refused by admission", ["reason"], registry=r
         )
+        self.stopped = Counter(
+            "draftwise_generations_stopped",
+            "Generations abandoned between rounds (cancelled: client gone; timeout; shutdown)",
+            ["reason"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "draftwise_requests_in_flight", "Admitted requests, queued or generating", registry=r
+        )
+        self.draining = Gauge("draftwise_draining", "1 after SIGTERM, while draining", registry=r)
         self.prompt_tokens = Counter("draftwise_prompt_tokens", "Prompt tokens", registry=r)
         self.completion_tokens = Counter(
             "draftwise_completion_tokens", "Generated tokens", registry=r

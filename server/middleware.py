@@ -1,4 +1,5 @@
-"""One structlog line and one metrics sample per HTTP request (pure ASGI, streaming-safe)."""
+"""Pure ASGI middleware (streaming-safe): one structlog line and one metrics sample per
+HTTP request; the request body size limit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import structlog
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from server.errors import APIError
 from server.metrics import Metrics
 
 log = structlog.get_logger("draftwise.http")
@@ -57,3 +59,65 @@ class RequestLog:
             latency_ms=round(seconds * 1000, 1),
         )
         log.info("request", **extra)
+
+
+class BodyLimit:
+    """Reads a request body up to `max_bytes` before the app sees it; beyond, 413.
+
+    Every route reads its whole JSON body anyway, so buffering it here costs
+    nothing and catches bodies without a Content-Length (chunked) too.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self.too_large(send, int(declared))
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before sending it all
+                await self.app(scope, replay([], message, receive), send)
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.max_bytes:
+                await self.too_large(send, size)
+                return
+            if not message.get("more_body", False):
+                break
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, replay([body], None, receive), send)
+
+    async def too_large(self, send: Send, size: int) -> None:
+        error = APIError(
+            413,
+            f"The request body ({size}+ bytes) exceeds the limit of {self.max_bytes} bytes "
+            "(max_body_bytes)",
+            code="request_too_large",
+        )
+        await error.response()({"type": "http"}, _no_receive, send)
+
+
+def replay(messages: list[Message], last: Message | None, receive: Receive) -> Receive:
+    """A receive that hands out the buffered messages, then defers to the real one."""
+    pending = [*messages, *([last] if last is not None else [])]
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed
+
+
+async def _no_receive() -> Message:
+    return {"type": "http.disconnect"}

@@ -12,7 +12,7 @@ from typing import Any
 from drafter.sampling import SamplingParams
 from server.errors import invalid
 from server.generation import ChoicePlan, CompletionPlan
-from server.schemas import MAX_STOPS, CompletionRequest
+from server.schemas import MAX_CHOICES, MAX_STOPS, CompletionRequest
 from server.settings import LiveSettings
 
 SEED_SPACE = 2**64
@@ -32,6 +32,9 @@ def build_plan(body: CompletionRequest, model: ModelFacts, live: LiveSettings) -
     check_unsupported(body)
     n = body.n or 1
     prompts = tokenize_prompts(body.prompt, model)
+    if len(prompts) * n > MAX_CHOICES:
+        message = f"{len(prompts)} prompts x n={n} is over {MAX_CHOICES} choices per request"
+        raise invalid(message, "n" if n > 1 else "prompt", "too_many_choices")
     max_tokens = live.default_max_tokens if body.max_tokens is None else body.max_tokens
     for prompt in prompts:
         check_context(len(prompt), max_tokens, model.context_length)
@@ -58,6 +61,7 @@ def build_plan(body: CompletionRequest, model: ModelFacts, live: LiveSettings) -
         stop=parse_stop(body.stop),
         echo=bool(body.echo),
         logprobs=body.logprobs,
+        ignore_eos=bool(body.ignore_eos),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 MAX_N = 16
+MAX_CHOICES = 128  # prompts x n in one request
 MAX_LOGPROBS = 20
 MAX_STOPS = 4
 SEED_MIN = -(2**63)
@@ -40,3 +41,4 @@ class CompletionRequest(BaseModel):
     user: str | None = None
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1, le=MAX_N)
+    ignore_eos: bool | None = False  # vLLM / llama.cpp extension: run to max_tokens

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ from server.logs import configure_logging
 from server.metrics import Metrics
 from server.plan import ModelFacts
 from server.settings import ServeSettings, unknown_env_vars
+from server.shutdown import FLUSH_TIMEOUT_S, GracefulServer
 from server.state import ServerState
 from server.worker import ModelWorker
 
@@ -76,7 +78,8 @@ def serve(
         state.facts = ModelFacts(
             engine.model_id, engine.tokenizer, engine.vocab_size, engine.context_length
         )
-        report_loaded(loaded, metrics, settings)
+        state.blas = blas_in_use()
+        report_loaded(loaded, metrics, settings, state.blas)
 
     options = load_options(settings, draft_block_size, environ, calibration)
     worker = ModelWorker(
@@ -93,17 +96,20 @@ def serve(
         port=settings.port,
         log_level="warning",
         access_log=False,
+        timeout_graceful_shutdown=FLUSH_TIMEOUT_S,
     )
-    servers.append(uvicorn.Server(config))
+    servers.append(GracefulServer(config, state))
     worker.start()
     if "error" not in failure:
         servers[0].run()
     worker.stop(timeout=1.0)
-    log.info("server.stopped")
+    log.info("server.stopped", served_s=round(time.time() - state.started_at, 1))
     return failure.get("error")
 
 
-def report_loaded(loaded: Loaded, metrics: Metrics, settings: ServeSettings) -> None:
+def report_loaded(
+    loaded: Loaded, metrics: Metrics, settings: ServeSettings, blas: str | None
+) -> None:
     config = loaded.speculative_config()
     log.info("dflash.config", **config)
     probe = loaded.probe
@@ -123,7 +129,7 @@ def report_loaded(loaded: Loaded, metrics: Metrics, settings: ServeSettings) -> 
         model=loaded.engine.model_id,
         path=str(loaded.target_path),
         backend=loaded.device.backend,
-        blas=blas_in_use() if loaded.device.backend == "cpu" else None,
+        blas=blas if loaded.device.backend == "cpu" else None,
         context_length=loaded.engine.context_length,
         speculative=loaded.speculative,
         url=f"http://{settings.host}:{settings.port}/v1",

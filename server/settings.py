@@ -30,6 +30,7 @@ MaxTokens = Annotated[int, Field(ge=1)]
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(gt=0.0, le=1.0)]
 TimeoutSeconds = Annotated[float, Field(gt=0.0)]
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 
 # Fields that also answer to a llama.cpp-style variable; the DRAFTWISE_ name wins.
 ALIASES: dict[str, tuple[str, ...]] = {
@@ -54,6 +55,10 @@ def _model_dir(value: str | None) -> str | None:
     if value is not None and not (Path(value).expanduser() / "config.json").is_file():
         raise ValueError("is not a model directory (no config.json there)")
     return value
+
+
+def split_origins(value: str) -> list[str]:
+    return [origin.strip().rstrip("/") for origin in value.split(",") if origin.strip()]
 
 
 def default_cache_dir() -> Path:
@@ -107,6 +112,11 @@ class ServeSettings(BaseSettings):
     default_top_p: TopP = Field(1.0, validation_alias=_env("default_top_p"))
     request_timeout_s: TimeoutSeconds = Field(600.0, validation_alias=_env("request_timeout_s"))
     log_level: LogLevel = Field("info", validation_alias=_env("log_level"))
+    shutdown_grace_s: float = Field(60.0, ge=0.0, validation_alias=_env("shutdown_grace_s"))
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY_BYTES, ge=1024, validation_alias=_env("max_body_bytes")
+    )
+    cors_allow_origins: str = Field("", validation_alias=_env("cors_allow_origins"))
 
     @field_validator("log_level", "exactness", "dtype", mode="before")
     @classmethod
@@ -138,6 +148,18 @@ class ServeSettings(BaseSettings):
     @classmethod
     def _model_dir(cls, value: str | None) -> str | None:
         return _model_dir(value)
+
+    @field_validator("cors_allow_origins")
+    @classmethod
+    def _origins(cls, value: str) -> str:
+        for origin in split_origins(value):
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(f"{origin!r} is not an origin (http(s)://host[:port]) or '*'")
+        return value
+
+    def cors_origins(self) -> list[str]:
+        """The allowed CORS origins; empty (the default) means CORS is off."""
+        return split_origins(self.cors_allow_origins)
 
     def live(self) -> LiveSettings:
         return LiveSettings(**{name: getattr(self, name) for name in LIVE_FIELDS})

@@ -21,6 +21,13 @@ class ServerState:
     live: LiveSettings = field(init=False)
     facts: ModelFacts | None = None
     started_at: float = field(default_factory=time.time)
+    blas: str | None = None  # the BLAS MLX's CPU calls bind to, read once at load
+    drain_deadline: float | None = None  # time.monotonic() when the shutdown grace ends
+
+    @property
+    def draining(self) -> bool:
+        """True after SIGTERM: no new requests, in-flight ones finish."""
+        return self.drain_deadline is not None
 
     def __post_init__(self) -> None:
         self.live = self.settings.live()

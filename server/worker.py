@@ -55,15 +55,18 @@ class Failed:
 Event = Chunk | Finished | Done | Failed
 
 
-@dataclass
+@dataclass(eq=False)
 class Job:
+    # eq=False: jobs are hashed by identity (the worker keeps a set of active ones)
     id: str
     plan: CompletionPlan
     loop: asyncio.AbstractEventLoop
     deadline: float  # time.monotonic() after which the job is abandoned
     events: asyncio.Queue[Event] = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    cancel_reason: str = "cancelled"
     admitted_at: float = field(default_factory=time.monotonic)
+    started_at: float | None = None  # when the worker took it
 
     def emit(self, event: Event) -> None:
         """Called on the worker thread; hands the event to the request's event loop."""
@@ -72,12 +75,15 @@ class Job:
         except RuntimeError:  # the loop closed: the server is gone, nobody is listening
             self.cancelled.set()
 
-    def cancel(self) -> None:
-        self.cancelled.set()
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Stop at the next round: 'cancelled' (client gone) or 'shutdown' (grace over)."""
+        if not self.cancelled.is_set():
+            self.cancel_reason = reason
+            self.cancelled.set()
 
     def should_stop(self) -> str | None:
         if self.cancelled.is_set():
-            return "cancelled"
+            return self.cancel_reason
         if time.monotonic() >= self.deadline:
             return "timeout"
         return None
@@ -101,6 +107,8 @@ class ModelWorker:
         self.loaded: Loaded | None = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self.run, name="model-worker", daemon=True)
+        self.active: set[Job] = set()  # admitted and not finished (queued or running)
+        self.active_lock = threading.Lock()
 
     @property
     def ready(self) -> bool:
@@ -110,17 +118,33 @@ class ModelWorker:
     def queue_depth(self) -> int:
         return self.jobs.qsize()
 
+    @property
+    def in_flight(self) -> int:
+        """Jobs admitted and not yet finished: waiting in the queue or generating."""
+        with self.active_lock:
+            return len(self.active)
+
+    def cancel_all(self, reason: str) -> int:
+        """Cancel every admitted job; each stops within one round. Returns how many."""
+        with self.active_lock:
+            jobs = list(self.active)
+        for job in jobs:
+            job.cancel(reason)
+        return len(jobs)
+
     def start(self) -> None:
         self.thread.start()
 
     def submit(self, job: Job) -> None:
         if not self.ready:
             raise NotReady(self.state.value)
-        try:
-            self.jobs.put_nowait(job)
-        except queue.Full:
-            self.metrics.rejections.labels(reason="queue_full").inc()
-            raise QueueFull from None
+        with self.active_lock:
+            try:
+                self.jobs.put_nowait(job)
+            except queue.Full:
+                self.metrics.rejections.labels(reason="queue_full").inc()
+                raise QueueFull from None
+            self.active.add(job)
         self.metrics.queue_depth.set(self.jobs.qsize())
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -161,17 +185,24 @@ class ModelWorker:
             if job is None:
                 self.state = WorkerState.STOPPED
                 return
-            self.process(job)
+            try:
+                self.process(job)
+            finally:
+                with self.active_lock:
+                    self.active.discard(job)
 
     def process(self, job: Job) -> None:
         assert self.loaded is not None
-        self.metrics.queue_wait.observe(time.monotonic() - job.admitted_at)
+        job.started_at = time.monotonic()
+        self.metrics.queue_wait.observe(job.started_at - job.admitted_at)
         try:
             if (reason := job.should_stop()) is not None:
                 raise Stopped(reason)
             usage = run_completion(self.loaded.engine, job.plan, job.emit, job.should_stop)
         except Stopped as stopped:
-            log.info("worker.stopped", request_id=job.id, reason=stopped.reason)
+            ran_ms = round((time.monotonic() - job.started_at) * 1000, 1)
+            log.info("worker.stopped", request_id=job.id, reason=stopped.reason, ran_ms=ran_ms)
+            self.metrics.stopped.labels(reason=stopped.reason).inc()
             job.emit(Failed(stopped.reason, f"generation {stopped.reason}"))
             return
         except Exception as error:

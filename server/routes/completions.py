@@ -9,17 +9,20 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import structlog
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.auth import require_api_key
 from server.errors import APIError, model_not_found, unavailable
 from server.generation import Chunk, Finished, Usage
+from server.openapi import CompletionResponse, error_responses
 from server.plan import build_plan
 from server.schemas import CompletionRequest
 from server.state import ServerState
 from server.worker import Done, Event, Failed, Job, NotReady, QueueFull
 
+log = structlog.get_logger("draftwise.http")
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
 # How long past its deadline a handler waits for the worker to report the timeout itself.
@@ -27,11 +30,24 @@ DEADLINE_GRACE_S = 5.0
 RETRY_AFTER_S = "1"
 
 
-@router.post("/v1/completions", response_model=None)
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "model": CompletionResponse,
+        "description": "The completion; with stream=true, server-sent events instead",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    },
+    **error_responses(400, 401, 404, 413, 429, 503, 504),
+}
+
+
+@router.post("/v1/completions", response_model=None, responses=RESPONSES)
 async def create_completion(
     body: CompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
     state: ServerState = request.app.state.draftwise
+    if state.draining:
+        state.metrics.rejections.labels(reason="draining").inc()
+        raise shutting_down()
     facts = state.model_facts()
     if body.model != facts.model_id:
         raise model_not_found(body.model)
@@ -53,6 +69,16 @@ async def create_completion(
         events = stream_events(job, header, include_usage, request, record)
         return StreamingResponse(events, media_type="text/event-stream")
     return JSONResponse(await collect(job, header, len(plan.choices), request, record))
+
+
+def shutting_down() -> APIError:
+    return APIError(
+        503,
+        "The server is shutting down; retry on another replica",
+        type="server_error",
+        code="shutting_down",
+        headers={"Retry-After": RETRY_AFTER_S},
+    )
 
 
 def submit(state: ServerState, job: Job) -> None:
@@ -80,13 +106,20 @@ async def next_event(job: Job) -> Event:
         return Failed("timeout", "generation timeout")
 
 
-async def watch_disconnect(request: Request, job: Job) -> None:
+async def watch_disconnect(request: Request, job: Job, record: dict[str, Any]) -> None:
     """Cancel the job when the client goes away (the body was already read)."""
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             job.cancel()
+            record["outcome"] = "client_disconnected"
+            log.info("request.client_disconnected", request_id=job.id)
             return
+
+
+def note_finish(job: Job, record: dict[str, Any]) -> None:
+    if job.started_at is not None:
+        record["queue_wait_ms"] = round((job.started_at - job.admitted_at) * 1000, 1)
 
 
 def failure(event: Failed) -> APIError:
@@ -99,6 +132,13 @@ def failure(event: Failed) -> APIError:
         )
     if event.reason == "cancelled":
         return APIError(499, "The request was cancelled", type="cancelled", code="cancelled")
+    if event.reason == "shutdown":
+        return APIError(
+            503,
+            "The server shut down before the request finished (shutdown_grace_s)",
+            type="server_error",
+            code="shutting_down",
+        )
     return APIError(500, f"Generation failed: {event.message}", type="server_error")
 
 
@@ -135,7 +175,7 @@ async def collect(
     choices = [
         {"index": i, "text": "", "logprobs": None, "finish_reason": None} for i in range(n_choices)
     ]
-    watcher = asyncio.create_task(watch_disconnect(request, job))
+    watcher = asyncio.create_task(watch_disconnect(request, job, record))
     try:
         while True:
             event = await next_event(job)
@@ -156,6 +196,7 @@ async def collect(
     finally:
         watcher.cancel()
         job.cancel()  # no-op when finished; frees the worker when the handler is cancelled
+        note_finish(job, record)
 
 
 def sse(payload: dict[str, Any]) -> str:
@@ -165,7 +206,7 @@ def sse(payload: dict[str, Any]) -> str:
 async def stream_events(
     job: Job, header: dict[str, Any], include_usage: bool, request: Request, record: dict[str, Any]
 ) -> AsyncIterator[str]:
-    watcher = asyncio.create_task(watch_disconnect(request, job))
+    watcher = asyncio.create_task(watch_disconnect(request, job, record))
     try:
         while True:
             event = await next_event(job)
@@ -190,4 +231,5 @@ async def stream_events(
                 return
     finally:
         watcher.cancel()
-        job.cancel()
+        job.cancel()  # the client went away mid-stream: stop at the next round
+        note_finish(job, record)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from server.auth import require_api_key
 from server.errors import APIError, invalid
 from server.logs import set_level
+from server.openapi import SettingsResponse, error_responses
 from server.settings import (
     LIVE_FIELDS,
     STARTUP_ONLY_REASON,
@@ -33,6 +34,9 @@ STARTUP_ONLY = (
     "port",
     "api_key",
     "max_queue_depth",
+    "shutdown_grace_s",
+    "max_body_bytes",
+    "cors_allow_origins",
 )
 TYPES: dict[str, str] = {
     "model": "string",
@@ -47,11 +51,19 @@ TYPES: dict[str, str] = {
     "port": "integer",
     "api_key": "string",
     "max_queue_depth": "integer",
+    "shutdown_grace_s": "number",
+    "max_body_bytes": "integer",
+    "cors_allow_origins": "string",
     "default_max_tokens": "integer",
     "default_temperature": "number",
     "default_top_p": "number",
     "request_timeout_s": "number",
     "log_level": "string",
+}
+
+
+SETTINGS_OK: dict[int | str, dict[str, Any]] = {
+    200: {"model": SettingsResponse, "description": "Every setting, live or not and why"}
 }
 
 
@@ -92,20 +104,30 @@ def describe_settings(state: ServerState) -> dict[str, Any]:
     return {"object": "settings", "settings": described}
 
 
-@router.get("/v1/settings")
+@router.get("/v1/settings", response_model=None, responses={**SETTINGS_OK, **error_responses(401)})
 async def get_settings(request: Request) -> dict[str, Any]:
     return describe_settings(request.app.state.draftwise)
 
 
+PATCH_SCHEMA = {
+    "type": "object",
+    "description": "Setting names to new values; only live settings can be changed",
+    "properties": {name: {"type": kind} for name, kind in TYPES.items()},
+}
 PATCH_BODY = {
     "requestBody": {
         "required": True,
-        "content": {"application/json": {"schema": {"type": "object"}}},
+        "content": {"application/json": {"schema": PATCH_SCHEMA}},
     }
 }
 
 
-@router.patch("/v1/settings", openapi_extra=PATCH_BODY)
+@router.patch(
+    "/v1/settings",
+    openapi_extra=PATCH_BODY,
+    response_model=None,
+    responses={**SETTINGS_OK, **error_responses(400, 401, 409, 413)},
+)
 async def patch_settings(request: Request) -> dict[str, Any]:
     state: ServerState = request.app.state.draftwise
     patch = await json_object(request)
