@@ -1,0 +1,42 @@
+"""A small bounded run of server/loadtest.py against the real server process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from server.loadtest import run_load, write_record
+from tests.e2e.conftest import API_KEY
+from tests.e2e.serverproc import ServerProcess
+
+
+def test_concurrent_streaming_clients_all_complete_with_the_single_client_text(
+    server: ServerProcess, tmp_path: Path
+):
+    report = asyncio.run(
+        run_load(
+            server.base_url,
+            clients=4,
+            requests=12,
+            duration_s=60,
+            max_tokens=8,
+            api_key=API_KEY,
+            prompts=("ab", "def f(x):", "hello"),
+        )
+    )
+    assert report.ok, report.problems
+    assert report.requests == 12
+    assert set(report.counts_by_status) <= {"200", "429"}
+    assert report.identity["all_identical"] and report.identity["checked"] >= 1
+    assert report.latency_s["p50"] <= report.latency_s["p99"]
+    json_path, md_path = write_record(report, tmp_path / "load-test", "test")
+    assert json.loads(json_path.read_text())["counts_by_status"] == report.counts_by_status
+    assert "Identity" in md_path.read_text()
+
+
+def test_the_load_test_refuses_a_server_that_is_not_on_loopback():
+    with pytest.raises(SystemExit, match="loopback"):
+        asyncio.run(run_load("http://10.1.2.3:8080", 1, 1, 1.0, 1))
