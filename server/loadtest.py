@@ -54,6 +54,7 @@ class Outcome:
     tokens: int = 0
     text: str = ""
     error: str | None = None
+    retry_after_s: float | None = None
 
 
 @dataclass
@@ -106,6 +107,8 @@ async def stream_once(
             if response.status_code != 200:
                 await response.aread()
                 outcome.error = response.text[:200]
+                retry_after = response.headers.get("retry-after", "")
+                outcome.retry_after_s = float(retry_after) if retry_after.isdigit() else None
             else:
                 await read_events(response, outcome, started)
     except httpx.HTTPError as error:
@@ -163,8 +166,8 @@ async def run_clients(
             issued += 1
             outcome = await stream_once(http, model, prompts, index, max_tokens)
             outcomes.append(outcome)
-            if outcome.status == 429:
-                await asyncio.sleep(0.25)  # back off a little, as a polite client would
+            if outcome.status == 429:  # back off as asked, as a polite client would
+                await asyncio.sleep(min(outcome.retry_after_s or 1.0, 10.0))
 
     await asyncio.gather(*(client() for _ in range(clients)))
     return outcomes, time.perf_counter() - started
@@ -194,6 +197,7 @@ def machine() -> dict[str, Any]:
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
     }
 
 
@@ -220,9 +224,11 @@ def summarize(
     if short:
         problems.append(f"{len(short)} completed outputs are not {max_tokens} tokens")
     tokens = sum(o.tokens for o in completed)
+    host = machine()
+    host["load_average_1m_at_start"] = server.pop("load_average_1m_at_start", None)
     return LoadReport(
         url=url,
-        machine=machine(),
+        machine=host,
         server=server,
         clients=clients,
         max_tokens=max_tokens,
@@ -260,6 +266,7 @@ async def run_load(
     duration_s = min(duration_s, MAX_DURATION_S)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=clients + 4)
+    load_at_start = round(os.getloadavg()[0], 2)
     async with httpx.AsyncClient(
         base_url=url, headers=headers, timeout=httpx.Timeout(600.0, connect=10.0), limits=limits
     ) as http:
@@ -270,6 +277,7 @@ async def run_load(
             http, model, prompts, clients, requests, duration_s, max_tokens
         )
     server = {k: health.get(k) for k in ("model", "backend", "blas", "context_length")}
+    server["load_average_1m_at_start"] = load_at_start
     spec = health.get("speculative") or {}
     server["speculative"] = {k: spec.get(k) for k in ("speculative", "block_size", "drafter")}
     return summarize(url, server, outcomes, wall_s, references, clients, max_tokens)
@@ -308,12 +316,15 @@ Recorded {when} with `server/loadtest.py` (loopback, bounded). Verdict: **{verdi
 ## Machine and server
 
 - machine: {m["platform"]}, {m["processor"]}, {m["cpu_count"]} CPUs, Python {m["python"]}
+- 1-minute load average: {m["load_average_1m_at_start"]} at start, {m["load_average_1m"]} at end
+  (other work on the machine shares its cores)
 - model: {model}, context {s.get("context_length")}
 - speculative: {s.get("speculative")}
 
 ## Load
 
-- {r.clients} concurrent streaming clients, greedy, `ignore_eos`, {r.max_tokens} tokens per request
+- {r.clients} concurrent streaming clients, greedy, `ignore_eos`, {r.max_tokens} tokens per request;
+  a client answered 429 waits `Retry-After` seconds, then sends its next request
 - {r.requests} requests in {r.duration_s} s
 
 | status | count |
