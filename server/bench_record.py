@@ -269,6 +269,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             f"{'' if arm['stable'] else ' (unstable)'} |"
         )
     lines += ["", control_sentence(control), ""]
+    lines += per_prompt_table(record)
     lines += [
         "Acceptance length is (accepted drafts + bonus tokens) / rounds from the server's "
         "counters in `usage.draftwise` (in-process: the engine's); emitted/round is "
@@ -280,6 +281,31 @@ def render_markdown(record: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def per_prompt_acceptance(arm: dict[str, Any], prompt_index: int) -> float | None:
+    """(accepted + rounds) / rounds over the timed runs of one prompt."""
+    requests = [r for run in arm["runs"] for r in run if r["prompt_index"] == prompt_index]
+    rounds = sum(r["rounds"] for r in requests)
+    return (sum(r["accepted"] for r in requests) + rounds) / rounds if rounds else None
+
+
+def per_prompt_table(record: dict[str, Any]) -> list[str]:
+    """Acceptance length and tok/s by prompt, when the sweep has more than one prompt."""
+    prompts = record["setup"].get("prompts") or []
+    if len(prompts) < 2:
+        return []
+    header = " | ".join(f"prompt {i + 1}: acceptance, tok/s" for i in range(len(prompts)))
+    lines = ["## By prompt", "", f"| arm | {header} |", "|---" * (len(prompts) + 1) + "|"]
+    for arm in record["arms"]:
+        cells = []
+        for index in range(len(prompts)):
+            requests = [r for run in arm["runs"] for r in run if r["prompt_index"] == index]
+            tok_s = sum(r["tokens"] for r in requests) / sum(r["e2e_s"] for r in requests)
+            cells.append(f"{_fmt(per_prompt_acceptance(arm, index))}, {tok_s:.2f}")
+        lines.append(f"| {arm['label']} | {' | '.join(cells)} |")
+    starts = "; ".join(f"prompt {i + 1}: {json.dumps(p[:60])}..." for i, p in enumerate(prompts))
+    return [*lines, "", f"Prompts (full text in Setup): {starts}", ""]
 
 
 def control_sentence(control: dict[str, Any]) -> str:

@@ -306,3 +306,15 @@ def test_in_process_sweep_interleaves_widths_and_writes_the_same_record(swept):
     assert width3["served"]["block_size"] == 3 and width3["acceptance_length"] >= 1.0
     assert width3["runs"][0][0]["drafted"] == 2 * width3["runs"][0][0]["rounds"]
     assert any("width 3" in m for m in messages)
+
+
+def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several():
+    def two_prompt_run(accepted: tuple[int, int]) -> Run:
+        return Run(tuple(Request(i, 40, 2.0, 0.1, 10, 30, accepted[i], "s") for i in (0, 1)))
+
+    classic = Arm("classic", None, [Run((Request(0, 40, 4.0, 0.1, 0, 0, 0, "s"),) * 2)])
+    width = Arm("width 4", 4, [two_prompt_run((25, 5))])
+    setup = {"prompts": ["code prompt", "prose prompt"]}
+    text = render_markdown(build_record(name="t", arms=[classic, width], setup=setup, host={}))
+    assert "| arm | prompt 1: acceptance, tok/s | prompt 2: acceptance, tok/s |" in text
+    assert "| width 4 | 3.50, 20.00 | 1.50, 20.00 |" in text
