@@ -301,8 +301,9 @@ def per_prompt_table(record: dict[str, Any]) -> list[str]:
         cells = []
         for index in range(len(prompts)):
             requests = [r for run in arm["runs"] for r in run if r["prompt_index"] == index]
-            tok_s = sum(r["tokens"] for r in requests) / sum(r["e2e_s"] for r in requests)
-            cells.append(f"{_fmt(per_prompt_acceptance(arm, index))}, {tok_s:.2f}")
+            seconds = sum(r["e2e_s"] for r in requests)
+            tok_s = sum(r["tokens"] for r in requests) / seconds if seconds else None
+            cells.append(f"{_fmt(per_prompt_acceptance(arm, index))}, {_fmt(tok_s)}")
         lines.append(f"| {arm['label']} | {' | '.join(cells)} |")
     starts = "; ".join(f"prompt {i + 1}: {json.dumps(p[:60])}..." for i, p in enumerate(prompts))
     return [*lines, "", f"Prompts (full text in Setup): {starts}", ""]

@@ -312,7 +312,9 @@ def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several():
     def two_prompt_run(accepted: tuple[int, int]) -> Run:
         return Run(tuple(Request(i, 40, 2.0, 0.1, 10, 30, accepted[i], "s") for i in (0, 1)))
 
-    classic = Arm("classic", None, [Run((Request(0, 40, 4.0, 0.1, 0, 0, 0, "s"),) * 2)])
+    classic = Arm(
+        "classic", None, [Run(tuple(Request(i, 40, 4.0, 0.1, 0, 0, 0, "s") for i in (0, 1)))]
+    )
     width = Arm("width 4", 4, [two_prompt_run((25, 5))])
     setup = {"prompts": ["code prompt", "prose prompt"]}
     text = render_markdown(build_record(name="t", arms=[classic, width], setup=setup, host={}))
