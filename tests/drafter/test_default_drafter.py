@@ -1,0 +1,100 @@
+"""The shipped DFlash drafter for SmolLM2-135M-Instruct (drafter/default_pair/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from mlx_lm import load
+
+from drafter.dflash import load_drafter
+from drafter.engine import Engine, GenerationStats
+from drafter.sampling import SamplingParams
+from drafter.smollm2 import ensure_smollm2
+
+GREEDY = SamplingParams()
+DRAFTER_DIR = Path(__file__).resolve().parents[2] / "drafter" / "default_pair"
+LAYERS = 3
+LAYER_NAMES = {
+    "self_attn.q_proj.weight",
+    "self_attn.k_proj.weight",
+    "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight",
+    "self_attn.q_norm.weight",
+    "self_attn.k_norm.weight",
+    "mlp.gate_proj.weight",
+    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",
+    "input_layernorm.weight",
+    "post_attention_layernorm.weight",
+}
+# Written for this test, so it is in no training data (which is drawn from the stdlib).
+HELD_OUT_PROMPT = (
+    "def moving_average(values, window):\n"
+    '    """Return the averages of each run of `window` consecutive values."""\n'
+    "    if window <= 0:\n"
+    '        raise ValueError("window must be positive")\n'
+)
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory):
+    return load(str(ensure_smollm2(tmp_path_factory.mktemp("draftwise-cache"))))
+
+
+@pytest.fixture(scope="module")
+def classic(target) -> Engine:
+    model, tokenizer = target
+    return Engine(model, tokenizer, model_id="smollm2", context_length=8192)
+
+
+def test_shipped_config_is_the_published_dflash_format():
+    config = json.loads((DRAFTER_DIR / "config.json").read_text())
+    assert config["architectures"] == ["DFlashDraftModel"]
+    assert config["model_type"] == "qwen3"
+    assert config["num_target_layers"] == 30
+    assert config["block_size"] == 16
+    assert config["num_hidden_layers"] == LAYERS
+    assert (config["hidden_size"], config["vocab_size"]) == (576, 49152)
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (9, 3)
+    assert config["head_dim"] == 64
+    for key in ("intermediate_size", "rms_norm_eps", "rope_theta", "max_position_embeddings"):
+        assert key in config
+    assert config["dflash_config"] == {"mask_token_id": 16, "target_layer_ids": [1, 8, 14, 20, 27]}
+
+
+def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_25_mb():
+    path = DRAFTER_DIR / "model.safetensors"
+    weights = mx.load(str(path))
+    expected = {"fc.weight", "hidden_norm.weight", "norm.weight"} | {
+        f"layers.{i}.{name}" for i in range(LAYERS) for name in LAYER_NAMES
+    }
+    assert set(weights) == expected
+    assert {w.dtype for w in weights.values()} == {mx.bfloat16}
+    assert weights["fc.weight"].shape == (576, 5 * 576)
+    assert path.stat().st_size < 25_000_000
+
+
+def test_shipped_drafter_loads_against_the_converted_target(target):
+    drafter = load_drafter(DRAFTER_DIR, target[0])
+    assert drafter.target_layer_ids == [1, 8, 14, 20, 27]
+    assert drafter.max_width == 16
+    assert drafter.mask_token_id == 16
+
+
+def test_greedy_speculative_equals_classic_and_really_accepts_drafts(target, classic):
+    model, tokenizer = target
+    drafter = load_drafter(DRAFTER_DIR, model)
+    engine = Engine(
+        model, tokenizer, model_id="smollm2", context_length=8192, drafter=drafter,
+        block_size=8,
+    )  # fmt: skip
+    prompt = tokenizer.encode(HELD_OUT_PROMPT)
+    stats = GenerationStats()
+    speculative = [t.id for step in engine.generate(prompt, 32, GREEDY, stats) for t in step]
+    reference = [t.id for step in classic.generate(prompt, 32, GREEDY) for t in step]
+    assert speculative == reference
+    # A trained drafter emits well over one token per round on code it never saw.
+    assert stats.acceptance_length > 2.0
