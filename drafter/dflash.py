@@ -379,6 +379,9 @@ def load_drafter(path: str | Path, target: nn.Module) -> DFlashDrafter:
         model.load_weights(list(weights.items()), strict=True)
     except ValueError as error:
         raise DrafterError(f"drafter {path}: weights do not match config ({error})") from error
+    # Compute in the target's activation dtype: a bf16 checkpoint drafting for a
+    # float32 target would otherwise run MLX's slow CPU bf16 kernels every round.
+    model.set_dtype(target_embedding(target)(mx.array([0])).dtype)
     mx.eval(model.parameters())
     model.eval()
     return DFlashDrafter(model, args, target, path)

@@ -24,6 +24,7 @@ from drafter.probe import ProbeResult, probe_exactness
 from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
 NO_DRAFTER = "none"
+DEFAULT_DRAFTER = Path(__file__).parent / "default_pair"  # DFlash drafter trained for SmolLM2
 DEFAULT_CONTEXT_LENGTH = 4096
 DTYPES: dict[str, mx.Dtype] = {
     "float32": mx.float32,
@@ -105,7 +106,8 @@ def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> Default
 
     if dtype == "auto":
         dtype = "float32" if device.backend == "cpu" else "bfloat16"
-    return DefaultPair("smollm2-135m-instruct", ensure_smollm2(cache_dir, dtype), None)
+    target = ensure_smollm2(cache_dir, dtype)
+    return DefaultPair("smollm2-135m-instruct", target, DEFAULT_DRAFTER)
 
 
 def load_engine(options: LoadOptions) -> Loaded:
