@@ -7,8 +7,15 @@ import time
 import urllib.request
 
 port = 8123
-cmd = [sys.executable, "-c", "import sys; from server.cli import main; sys.exit(main())", "serve",
-       "--port", str(port), *sys.argv[1:]]
+cmd = [
+    sys.executable,
+    "-c",
+    "import sys; from server.cli import main; sys.exit(main())",
+    "serve",
+    "--port",
+    str(port),
+    *sys.argv[1:],
+]
 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 deadline = time.time() + 300
 lines = []
