@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from hashlib import sha256
@@ -49,7 +50,11 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
     '    """Yield every file path under root whose name matches the regex pattern."""\n',
     "The history of the printing press begins in the fifteenth century, when",
 )
-SERVER_MODE = "server (one draftwise serve process per arm)"
+SERVER_MODE = "server (one draftwise serve process per arm, one arm after another)"
+SERVER_INTERLEAVED_MODE = (
+    "server, interleaved (one draftwise serve process per arm, all up at once; "
+    "each pass visits every arm in sweep order)"
+)
 SERVE_ENTRY = "import sys; from server.cli import main; sys.exit(main())"
 HOST_PROBE = """
 import json, os, sys
@@ -86,6 +91,7 @@ class BenchConfig:
     request_timeout_s: float = 900.0
     name: str | None = None
     log_dir: Path | None = None
+    interleave: bool = False
     command: str = "run_sweep()"
     environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
 
@@ -303,37 +309,84 @@ def served_summary(health: Mapping[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def run_arm(
+@dataclass
+class LiveArm:
+    """A ready server for one arm and the passes measured on it so far."""
+
+    label: str
+    width: int | None
+    server: Server
+    model: str
+    served: dict[str, Any]
+    progress: Progress
+    runs: list[Run] = field(default_factory=list)
+
+    def measure_pass(self, config: BenchConfig) -> None:
+        requests = tuple(
+            measure_request(self.server.port, self.model, index, prompt, config)[0]
+            for index, prompt in enumerate(config.prompts)
+        )
+        self.runs.append(Run(requests))
+        name = _run_name(len(self.runs) - 1, config)
+        self.progress(f"{self.label}: {name} {_describe_run(self.runs[-1], config)}")
+
+    def arm(self, warmup: int) -> Arm:
+        served = {**self.served, "load_average_after": load_average()}
+        return Arm(self.label, self.width, self.runs[warmup:], self.runs[:warmup], served)
+
+
+def start_arm(
     config: BenchConfig,
     width: int | None,
     label: str,
     env: dict[str, str],
     log_dir: Path,
     progress: Progress,
-    tag: str = "",
-) -> Arm:
+    stack: ExitStack,
+) -> LiveArm:
+    """Start this arm's server (stopped when `stack` closes) and wait until it serves."""
     port = free_port()
-    command = serve_command(config, width, port)
     log_path = log_dir / f"{label.replace(' ', '-').replace('(', '').replace(')', '')}.log"
-    progress = _prefixed(progress, tag)
     progress(f"{label}: starting server on port {port} (log {log_path})")
     started = time.monotonic()
-    with Server(command, env, port, log_path) as server:
-        health = server.wait_ready(config.ready_timeout_s)
-        _, models = get_json(port, "/v1/models", timeout_s=30)
-        model = models["data"][0]["id"]
-        served = served_summary(health)
-        progress(f"{label}: ready in {time.monotonic() - started:.1f} s, serving {_served(served)}")
-        runs: list[Run] = []
-        for index in range(config.warmup + config.n):
-            requests = []
-            for prompt_index, prompt in enumerate(config.prompts):
-                request, _ = measure_request(port, model, prompt_index, prompt, config)
-                requests.append(request)
-            run = Run(tuple(requests))
-            runs.append(run)
-            progress(f"{label}: {_run_name(index, config)} {_describe_run(run, config)}")
-    return Arm(label, width, runs[config.warmup :], runs[: config.warmup], served)
+    server = stack.enter_context(Server(serve_command(config, width, port), env, port, log_path))
+    served = served_summary(server.wait_ready(config.ready_timeout_s))
+    _, models = get_json(port, "/v1/models", timeout_s=30)
+    progress(f"{label}: ready in {time.monotonic() - started:.1f} s, serving {_served(served)}")
+    return LiveArm(label, width, server, models["data"][0]["id"], served, progress)
+
+
+def run_arms_in_turn(
+    config: BenchConfig, env: dict[str, str], log_dir: Path, progress: Progress
+) -> list[Arm]:
+    """One server at a time: start it, make every pass, stop it."""
+    plan = sweep_widths(config)
+    arms = []
+    for index, (width, label) in enumerate(plan, start=1):
+        tagged = _prefixed(progress, f"[{index}/{len(plan)}]")
+        with ExitStack() as stack:
+            live = start_arm(config, width, label, env, log_dir, tagged, stack)
+            for _ in range(config.warmup + config.n):
+                live.measure_pass(config)
+            arms.append(live.arm(config.warmup))
+    return arms
+
+
+def run_arms_interleaved(
+    config: BenchConfig, env: dict[str, str], log_dir: Path, progress: Progress
+) -> list[Arm]:
+    """Every server up at once; each pass visits the arms in sweep order (classic first and
+    last), so load that comes and goes on the host hits every arm alike."""
+    plan = sweep_widths(config)
+    with ExitStack() as stack:
+        live = []
+        for index, (width, label) in enumerate(plan, start=1):
+            tagged = _prefixed(progress, f"[{index}/{len(plan)}]")
+            live.append(start_arm(config, width, label, env, log_dir, tagged, stack))
+        for _ in range(config.warmup + config.n):
+            for arm in live:
+                arm.measure_pass(config)
+        return [arm.arm(config.warmup) for arm in live]
 
 
 def _prefixed(progress: Progress, tag: str) -> Progress:
@@ -377,12 +430,10 @@ def run_sweep(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix="draftwise-bench-"))
     host = host_info(env)
     progress(f"host: {host.get('cpu') or host.get('gpu')}; blas {host.get('blas')}")
-    arms = []
-    plan = sweep_widths(config)
-    for index, (width, label) in enumerate(plan, start=1):
-        tag = f"[{index}/{len(plan)}]"
-        arms.append(run_arm(config, width, label, env, log_dir, progress, tag))
-    setup = sweep_setup(config, served_by(arms), started, SERVER_MODE)
+    run_arms = run_arms_interleaved if config.interleave else run_arms_in_turn
+    arms = run_arms(config, env, log_dir, progress)
+    mode = SERVER_INTERLEAVED_MODE if config.interleave else SERVER_MODE
+    setup = sweep_setup(config, served_by(arms), started, mode)
     setup.update(server_args=list(config.server_args), server_logs=str(log_dir))
     name = config.name or default_name(host, setup, started)
     host["load_average_end"] = load_average()
@@ -587,6 +638,12 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-arg", action="append", default=[], help="passed to serve")
     parser.add_argument("--ready-timeout", type=float, default=900.0, metavar="S")
     parser.add_argument("--log-dir", type=Path, default=None, help="server logs (default: tmp)")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="start every arm's server at once and rotate passes through the arms "
+        "(robust to load that comes and goes on a shared host)",
+    )
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -620,6 +677,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         ready_timeout_s=args.ready_timeout,
         name=getattr(args, "name", None),
         log_dir=args.log_dir,
+        interleave=args.interleave,
         command="draftwise " + shlex.join(sys.argv[1:]),
     )
 

@@ -320,3 +320,36 @@ def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several():
     text = render_markdown(build_record(name="t", arms=[classic, width], setup=setup, host={}))
     assert "| arm | prompt 1: acceptance, tok/s | prompt 2: acceptance, tok/s |" in text
     assert "| width 4 | 3.50, 20.00 | 1.50, 20.00 |" in text
+
+
+def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_arms(swept):
+    _, _, root = swept
+    messages: list[str] = []
+    config = BenchConfig(
+        widths=(3,),
+        prompts=(PROMPT,),
+        max_tokens=MAX_TOKENS,
+        n=1,
+        model=str(root / "target"),
+        draft_model=str(root / "drafter"),
+        exactness="warn",
+        cache_dir=str(root / "cache"),
+        blas="bundled",
+        name="tiny-interleaved",
+        interleave=True,
+        ready_timeout_s=120,
+    )
+    record = run_sweep(config, messages.append)
+    assert record["setup"]["mode"].startswith("server, interleaved")
+    assert [a["label"] for a in record["arms"]] == ["classic (first)", "width 3", "classic (last)"]
+    passes = [
+        m.split(":")[0] + ":" + m.split(":")[1].split(" ")[1]
+        for m in messages
+        if " run " in m or "warm-up" in m
+    ]
+    assert passes == [
+        "[1/3] classic (first):warm-up", "[2/3] width 3:warm-up", "[3/3] classic (last):warm-up",
+        "[1/3] classic (first):run", "[2/3] width 3:run", "[3/3] classic (last):run",
+    ]  # fmt: skip
+    assert all(a["identical_to_classic"] for a in record["arms"])
+    assert "load_average_after" in record["arms"][1]["served"]
