@@ -9,7 +9,7 @@ from mlx_lm import load
 
 from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
-from drafter.probe import ProbeResult, first_difference, probe_exactness
+from drafter.probe import PROBE_PROMPTS, ProbeResult, first_difference, probe_exactness
 from drafter.sampling import SamplingParams
 from drafter.tiny import write_tiny_model
 
@@ -38,7 +38,8 @@ def engine(pair: tuple[Any, Any, Any], width: int | None) -> Engine:
 @pytest.mark.parametrize("width", [3, 16])
 def test_probe_finds_the_tiny_pair_exact_at_the_resolved_width(pair, width: int) -> None:
     result = probe_exactness(engine(pair, width), tokens=12)
-    assert result == ProbeResult(width=width, tokens=12, first_difference=None)
+    compared = 12 * len(PROBE_PROMPTS)  # every probe prompt, code and prose
+    assert result == ProbeResult(width=width, tokens=compared, first_difference=None)
     assert result.exact and result.summary == "exact"
 
 
@@ -71,3 +72,8 @@ def test_a_difference_is_summarised_with_its_position() -> None:
     result = ProbeResult(width=4, tokens=64, first_difference=17)
     assert not result.exact
     assert result.summary == "differs@17"
+
+
+def test_a_difference_in_a_later_prompt_names_that_prompt() -> None:
+    result = ProbeResult(width=4, tokens=128, first_difference=40, prompt_index=1)
+    assert result.summary == "differs@40 (prompt 2)"
