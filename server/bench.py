@@ -605,6 +605,8 @@ def _version(distribution: str) -> str | None:
 
 
 def git_commit() -> str | None:
+    """`git describe` of the checkout the servers run from; else the installed version."""
+    fallback = f"draftwise {_version('draftwise')} (no git checkout)"
     try:
         out = subprocess.run(
             ["git", "-C", str(PACKAGE_ROOT), "describe", "--always", "--dirty"],
@@ -613,8 +615,8 @@ def git_commit() -> str | None:
             timeout=10,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+        return fallback
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else fallback
 
 
 # ---- CLI -------------------------------------------------------------------------------
