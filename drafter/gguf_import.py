@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,6 +22,8 @@ import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
+
+from drafter.gguf_layout import hf_name, unpermute_qk
 
 DTYPES: dict[str, mx.Dtype] = {
     "float32": mx.float32,
@@ -35,23 +36,6 @@ QUANT_MODE = "affine"
 
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
-
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_TOP_NAMES = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
-}
 
 # llama.cpp pre-tokenizer names whose split rules are
 # `\p{N}` then the GPT-2 regex: individual digits, then byte-level GPT-2 splitting.
@@ -106,42 +90,6 @@ def llama_config(reader: GGUFReader) -> dict[str, Any]:
         "eos_token_id": eos,
         "pad_token_id": int(field(reader, "tokenizer.ggml.padding_token_id", eos)),
     }
-
-
-def hf_name(gguf_name: str) -> str:
-    """Map a llama.cpp tensor name to the HF llama name mlx-lm expects."""
-    stem, suffix = gguf_name.rsplit(".", 1)
-    if stem in _TOP_NAMES:
-        return f"{_TOP_NAMES[stem]}.{suffix}"
-    match = re.fullmatch(r"blk\.(\d+)\.(\w+)", stem)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.{suffix}"
-    raise ValueError(f"unknown GGUF tensor {gguf_name!r}")
-
-
-def permute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """llama.cpp's convert_hf_to_gguf permutation of q/k rows (HF -> GGUF)."""
-    rows = weight.shape[0]
-    return (
-        weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
-
-
-def unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """Inverse of `permute_qk` (GGUF -> HF).
-
-    Per head, llama.cpp interleaves the two rotary halves ([x0, y0, x1, y1, ...]) for
-    its adjacent-pair RoPE; mlx-lm's non-traditional RoPE wants them split
-    ([x0, x1, ..., y0, y1, ...]).
-    """
-    rows = weight.shape[0]
-    return (
-        weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
 
 
 def llama_weights(reader: GGUFReader, config: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -32,7 +32,6 @@ import json
 import math
 import os
 import random
-import re
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_train_data import Prompt, build_prompts, split  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from drafter.gguf_layout import hf_name, unpermute_qk  # noqa: E402
 
 MASK_TOKEN_ID = 16  # "<empty_output>": a special token plain text never produces
 EOS_IDS = (0, 2)  # <|endoftext|>, <|im_end|>
@@ -60,40 +62,6 @@ def log(record: dict[str, Any], sink: list[dict[str, Any]]) -> None:
 
 
 # --- target -------------------------------------------------------------------------
-
-_LAYER_NAMES = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-
-
-def hf_name(gguf_name: str) -> str:
-    """llama.cpp tensor name -> HF llama name (as in drafter/gguf_import.py)."""
-    stem, suffix = gguf_name.rsplit(".", 1)
-    if stem in _TOP_NAMES:
-        return f"{_TOP_NAMES[stem]}.{suffix}"
-    match = re.fullmatch(r"blk\.(\d+)\.(\w+)", stem)
-    if match and match.group(2) in _LAYER_NAMES:
-        return f"model.layers.{match.group(1)}.{_LAYER_NAMES[match.group(2)]}.{suffix}"
-    raise ValueError(f"unknown GGUF tensor {gguf_name!r}")
-
-
-def unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
-    """Undo llama.cpp's interleaving of the two rotary halves in q/k rows."""
-    rows = weight.shape[0]
-    return (
-        weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
 
 
 def gguf_state_dict(path: Path, config: dict[str, Any]) -> dict[str, torch.Tensor]:
