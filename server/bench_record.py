@@ -236,7 +236,9 @@ def render_markdown(record: dict[str, Any]) -> str:
     lines = [
         f"# Width sweep: {record['name']}",
         "",
-        f"Measured {setup.get('started', '?')} with `{setup.get('command', 'draftwise bench')}`.",
+        f"Measured {setup.get('started', '?')} with:",
+        "",
+        *[f"    {line}" for line in str(setup.get("command", "draftwise bench")).splitlines()],
         "",
         "## Host",
         "",
