@@ -24,4 +24,33 @@ TABLE: tuple[TableEntry, ...] = (
             "fp_qmv path, or a move of the qmv-to-qmm switch at 8 rows"
         ),
     ),
+    TableEntry(
+        backend="cpu",
+        compute_capability=None,
+        quantization=None,
+        drafter_kind="dflash",
+        width=4,
+        record="docs/benchmark_results/cpu-smollm2-135m-float32-openblas-code.md",
+        mlx_version="0.32.4",
+        remeasure_when=(
+            "the served BLAS or weight dtype changes (measured: float32 target with OpenBLAS; "
+            "with MLX's bundled reference BLAS or bfloat16 weights every width loses, see "
+            "cpu-smollm2-135m-float32-reference-blas.md and cpu-smollm2-135m-bfloat16.md, "
+            "though 4 still beats the default 16), MLX's CPU matmul path for a few rows "
+            "changes, or the default drafter is retrained"
+        ),
+    ),
+    TableEntry(
+        backend="cpu",
+        compute_capability=None,
+        quantization="affine",
+        drafter_kind="dflash",
+        width=None,
+        record="docs/benchmark_results/cpu-smollm2-135m-4bit-affine.md",
+        mlx_version="0.32.4",
+        remeasure_when=(
+            "MLX's CPU quantized matmul stops costing time linear in rows (today about "
+            "3.7 ms per row for 4-bit), or a drafter accepts far more per round"
+        ),
+    ),
 )

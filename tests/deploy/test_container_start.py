@@ -146,7 +146,7 @@ def server(request, cache_dir: Path) -> Iterator[Server]:
 def expected_width(server: Server) -> tuple[int, str]:
     if "DRAFTWISE_DRAFT_BLOCK_SIZE" in server.env:
         return int(server.env["DRAFTWISE_DRAFT_BLOCK_SIZE"]), "env:DRAFTWISE_DRAFT_BLOCK_SIZE"
-    return 16, "default"  # this machine is CPU: no measured table entry applies
+    return 4, "policy"  # this CPU's measured entry: float32 target, OpenBLAS, dflash
 
 
 def test_startup_logs_one_dflash_config_line_with_width_source_and_reason(server: Server):

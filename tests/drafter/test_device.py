@@ -103,8 +103,8 @@ def test_an_explicitly_null_quantization_reads_as_unquantized() -> None:
     assert read_quantization({**QWEN3, "quantization": None}) is None
 
 
-def test_probed_inputs_resolve_to_the_default_on_this_host(tmp_path: Path) -> None:
-    model_dir = saved_model_dir(tmp_path, quantized_config("affine"))
+def test_probed_unmeasured_quantization_resolves_to_the_default_here(tmp_path: Path) -> None:
+    model_dir = saved_model_dir(tmp_path, quantized_config("mxfp4"))
     resolution = resolve_width(
         overrides=overrides_from(None, {}),
         drafter_kind="dflash",
@@ -114,4 +114,4 @@ def test_probed_inputs_resolve_to_the_default_on_this_host(tmp_path: Path) -> No
         max_width=16,
     )
     assert (resolution.width, resolution.source) == (16, "default")
-    assert resolution.reason == "cpu affine dflash: no measured entry; dflash default"
+    assert resolution.reason == "cpu mxfp4 dflash: no measured entry; dflash default"

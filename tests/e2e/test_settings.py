@@ -39,9 +39,9 @@ def test_every_setting_has_value_type_liveness_and_a_reason_when_read_only(http:
 
 def test_the_width_resolution_is_visible_in_settings(http: httpx.Client):
     block = settings_of(http)["draft_block_size"]
-    assert block["value"] == 16
-    assert block["source"] == "default"
-    assert "no measured entry" in block["resolution"]
+    assert block["value"] == 4
+    assert block["source"] == "policy"
+    assert "measured (docs/benchmark_results/" in block["resolution"]
 
 
 @pytest.mark.parametrize("name", ["draft_block_size", "model", "draft_model", "draft_kind"])

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from drafter.dflash import write_random_drafter
+from drafter.probe import PROBE_PROMPTS
 from tests.e2e.serverproc import ServerProcess, clean_environ, free_port, run_to_exit
 
 DRAFTER_MAX = 8
@@ -157,7 +158,7 @@ def test_each_override_surface_sets_the_width_and_the_log_names_it(
     config = server.wait_for_event("dflash.config")
     assert (config["block_size"], config["source"]) == (EXPECTED_WIDTH[source], source)
     assert config["speculative"] is True and config["drafter"].endswith("random-drafter")
-    assert (config["exactness"], config["probe_tokens"]) == ("exact", 64)
+    assert (config["exactness"], config["probe_tokens"]) == ("exact", 64 * len(PROBE_PROMPTS))
     ignored = [e["ignored"] for e in server.events() if e["event"] == "dflash.override_ignored"]
     assert ignored == config["ignored"]
     expected_ignored = len(OVERRIDES[source][0]) - (0 if OVERRIDES[source][1] else 1)
@@ -201,3 +202,32 @@ def test_a_policy_file_that_is_not_valid_stops_startup_naming_it(tmp_path: Path)
     assert code == 2
     (line,) = stderr.strip().splitlines()
     assert f"DRAFTWISE_POLICY_FILE='{policy_file}'" in line and "not valid JSON" in line
+
+
+@pytest.fixture(scope="module")
+def mxfp4_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny target quantized to mxfp4: a quantization with no measured entry on CPU."""
+    from mlx_lm.utils import load, quantize_model, save_config, save_model
+
+    model, tokenizer, config = load(str(tiny_model), return_config=True)
+    model, config = quantize_model(model, config, None, None, mode="mxfp4")
+    path = tmp_path_factory.mktemp("mxfp4-target")
+    save_model(path, model)
+    save_config(config, path / "config.json")
+    tokenizer.save_pretrained(str(path))
+    return path
+
+
+def test_an_unmeasured_configuration_logs_the_dflash_default_with_no_override(
+    mxfp4_model: Path, tmp_path: Path
+):
+    port = free_port()
+    args = ["--model", str(mxfp4_model), "--port", str(port)]
+    server = ServerProcess(args, clean_environ(), tmp_path / "serve.log", port).start()
+    try:
+        config = server.wait_ready().wait_for_event("dflash.config")
+    finally:
+        server.stop()
+    assert (config["block_size"], config["source"]) == (16, "default")
+    assert (config["backend"], config["quantization"]) == ("cpu", "mxfp4")
+    assert config["reason"] == "cpu mxfp4 dflash: no measured entry; dflash default"

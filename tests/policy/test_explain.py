@@ -36,13 +36,22 @@ def test_explain_prints_the_gb10_measured_width_and_its_record(
 def test_explain_prints_the_default_for_an_unmeasured_host(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, out, _ = explain(capsys, "--backend", "cpu", "--drafter-kind", "dflash")
+    code, out, _ = explain(capsys, "--backend", "metal", "--drafter-kind", "dflash")
     assert code == 0
     assert out.splitlines() == [
         "width: 16",
         "source: default",
-        "reason: cpu unquantized dflash: no measured entry; dflash default",
+        "reason: metal unquantized dflash: no measured entry; dflash default",
     ]
+
+
+def test_explain_gives_this_cpus_measured_answer_and_its_record(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = explain(capsys, "--backend", "cpu", "--drafter-kind", "dflash")
+    assert code == 0
+    assert out.splitlines()[:2] == ["width: 4", "source: policy"]
+    assert "docs/benchmark_results/cpu-smollm2-135m-float32-openblas-code.md" in out
 
 
 def test_explain_shows_the_winning_override_and_the_ignored_ones(
