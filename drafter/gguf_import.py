@@ -20,10 +20,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 from gguf import GGUFReader
-from gguf.quants import dequantize
 from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
-from drafter.gguf_layout import hf_name, unpermute_qk
+from drafter.gguf_layout import llama_weights
 
 DTYPES: dict[str, mx.Dtype] = {
     "float32": mx.float32,
@@ -90,21 +89,6 @@ def llama_config(reader: GGUFReader) -> dict[str, Any]:
         "eos_token_id": eos,
         "pad_token_id": int(field(reader, "tokenizer.ggml.padding_token_id", eos)),
     }
-
-
-def llama_weights(reader: GGUFReader, config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Dequantize every tensor to float32 under its HF name, q/k rows un-permuted."""
-    weights = {}
-    for tensor in reader.tensors:
-        shape = tuple(int(d) for d in reversed(tensor.shape))
-        value = dequantize(tensor.data, tensor.tensor_type).reshape(shape)
-        name = hf_name(tensor.name)
-        if name.endswith("self_attn.q_proj.weight"):
-            value = unpermute_qk(value, config["num_attention_heads"])
-        elif name.endswith("self_attn.k_proj.weight"):
-            value = unpermute_qk(value, config["num_key_value_heads"])
-        weights[name] = value
-    return weights
 
 
 def _pre_tokenizer(pre: str) -> dict[str, Any]:

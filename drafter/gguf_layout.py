@@ -1,4 +1,4 @@
-"""llama.cpp GGUF tensor layout -> Hugging Face llama layout (numpy only).
+"""llama.cpp GGUF tensor layout -> Hugging Face llama layout (numpy and gguf only).
 
 Shared by the MLX converter (drafter/gguf_import.py) and the PyTorch training
 script (scripts/train_drafter.py), which runs where MLX may be absent.
@@ -7,8 +7,11 @@ script (scripts/train_drafter.py), which runs where MLX may be absent.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -62,3 +65,18 @@ def unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
         .swapaxes(1, 2)
         .reshape(weight.shape)
     )
+
+
+def llama_weights(reader: GGUFReader, config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Dequantize every tensor to float32 under its HF name, q/k rows un-permuted."""
+    weights = {}
+    for tensor in reader.tensors:
+        shape = tuple(int(d) for d in reversed(tensor.shape))
+        value = dequantize(tensor.data, tensor.tensor_type).reshape(shape)
+        name = hf_name(tensor.name)
+        if name.endswith("self_attn.q_proj.weight"):
+            value = unpermute_qk(value, config["num_attention_heads"])
+        elif name.endswith("self_attn.k_proj.weight"):
+            value = unpermute_qk(value, config["num_key_value_heads"])
+        weights[name] = value
+    return weights

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_train_data import Prompt, build_prompts, split  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from drafter.gguf_layout import hf_name, unpermute_qk  # noqa: E402
+from drafter.gguf_layout import llama_weights  # noqa: E402
 
 MASK_TOKEN_ID = 16  # "<empty_output>": a special token plain text never produces
 EOS_IDS = (0, 2)  # <|endoftext|>, <|im_end|>
@@ -66,19 +66,12 @@ def log(record: dict[str, Any], sink: list[dict[str, Any]]) -> None:
 
 def gguf_state_dict(path: Path, config: dict[str, Any]) -> dict[str, torch.Tensor]:
     from gguf import GGUFReader
-    from gguf.quants import dequantize
 
-    weights = {}
-    for tensor in GGUFReader(str(path)).tensors:
-        shape = tuple(int(d) for d in reversed(tensor.shape))
-        value = dequantize(tensor.data, tensor.tensor_type).reshape(shape)
-        name = hf_name(tensor.name)
-        if name.endswith("self_attn.q_proj.weight"):
-            value = unpermute_qk(value, config["num_attention_heads"])
-        elif name.endswith("self_attn.k_proj.weight"):
-            value = unpermute_qk(value, config["num_key_value_heads"])
-        weights[name] = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
-    return weights
+    weights = llama_weights(GGUFReader(str(path)), config)
+    return {
+        name: torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+        for name, value in weights.items()
+    }
 
 
 def load_target(gguf: Path | None, target_dir: Path, device: torch.device, dtype: torch.dtype):
