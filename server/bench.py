@@ -716,15 +716,3 @@ def _widths(text: str) -> tuple[int, ...]:
     if not widths or any(w < 2 for w in widths):
         raise argparse.ArgumentTypeError(f"{text!r}: widths must be integers >= 2")
     return widths
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m server.bench")
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_bench_parser(commands)
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -186,15 +186,3 @@ def run_calibrate(args: argparse.Namespace) -> int:
     print(f"wrote {output}: {describe_entry(entry)}")
     print(f"({verdict} classic decode with disjoint ranges; source 'calibration' at next start)")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m server.calibrate")
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_calibrate_parser(commands)
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

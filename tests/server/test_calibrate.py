@@ -104,7 +104,7 @@ def test_calibrated_file_is_what_resolve_width_uses_before_the_table(tmp_path):
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "server.calibrate", "calibrate", *args]
+    command = [sys.executable, "-m", "server.cli", "calibrate", *args]
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
