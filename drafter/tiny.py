@@ -22,9 +22,8 @@ from mlx_lm.utils import _get_classes
 EOS = "<|endoftext|>"
 VOCAB = 257  # 256 byte tokens + EOS
 
-QWEN3: dict[str, Any] = {
-    "model_type": "qwen3",
-    "architectures": ["Qwen3ForCausalLM"],
+# Dimensions both tiny targets share.
+_TINY: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 4,
@@ -34,29 +33,26 @@ QWEN3: dict[str, Any] = {
     "rms_norm_eps": 1e-6,
     "vocab_size": VOCAB,
     "max_position_embeddings": 2048,
-    "rope_theta": 10000.0,
     "tie_word_embeddings": True,
+}
+
+QWEN3: dict[str, Any] = {
+    "model_type": "qwen3",
+    "architectures": ["Qwen3ForCausalLM"],
+    **_TINY,
+    "rope_theta": 10000.0,
 }
 
 QWEN3_5: dict[str, Any] = {
     "model_type": "qwen3_5",
     "architectures": ["Qwen3_5ForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "rms_norm_eps": 1e-6,
-    "vocab_size": VOCAB,
-    "max_position_embeddings": 2048,
+    **_TINY,
     "linear_num_value_heads": 4,
     "linear_num_key_heads": 2,
     "linear_key_head_dim": 16,
     "linear_value_head_dim": 16,
     "linear_conv_kernel_dim": 4,
     "full_attention_interval": 2,
-    "tie_word_embeddings": True,
     "rope_parameters": {"type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
 }
 
