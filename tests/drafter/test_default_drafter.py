@@ -13,23 +13,11 @@ from drafter.dflash import load_drafter
 from drafter.engine import Engine, GenerationStats
 from drafter.sampling import SamplingParams
 from drafter.smollm2 import ensure_smollm2
+from tests.drafter.published import published_weight_names
 
 GREEDY = SamplingParams()
 DRAFTER_DIR = Path(__file__).resolve().parents[2] / "drafter" / "default_pair"
 LAYERS = 3
-LAYER_NAMES = {
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-}
 # Written for this test, so it is in no training data (which is drawn from the stdlib).
 HELD_OUT_PROMPT = (
     "def moving_average(values, window):\n"
@@ -68,10 +56,7 @@ def test_shipped_config_is_the_published_dflash_format():
 def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_25_mb():
     path = DRAFTER_DIR / "model.safetensors"
     weights = mx.load(str(path))
-    expected = {"fc.weight", "hidden_norm.weight", "norm.weight"} | {
-        f"layers.{i}.{name}" for i in range(LAYERS) for name in LAYER_NAMES
-    }
-    assert set(weights) == expected
+    assert set(weights) == published_weight_names(LAYERS)
     assert {w.dtype for w in weights.values()} == {mx.bfloat16}
     assert weights["fc.weight"].shape == (576, 5 * 576)
     assert path.stat().st_size < 25_000_000

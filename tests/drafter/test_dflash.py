@@ -21,20 +21,7 @@ from drafter.dflash import (
     write_random_drafter,
 )
 from drafter.tiny import write_tiny_model
-
-PUBLISHED_LAYER_NAMES = {
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-    "input_layernorm.weight",
-    "post_attention_layernorm.weight",
-}
+from tests.drafter.published import published_weight_names
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +61,7 @@ def test_saved_checkpoint_uses_the_published_config_layout(drafter_dir: Path) ->
 
 def test_saved_checkpoint_uses_exactly_the_published_weight_names(drafter_dir: Path) -> None:
     names = set(mx.load(str(drafter_dir / "model.safetensors")))
-    layers = {f"layers.{n}.{name}" for n in range(2) for name in PUBLISHED_LAYER_NAMES}
-    assert names == {"fc.weight", "hidden_norm.weight", "norm.weight"} | layers
+    assert names == published_weight_names(2)
 
 
 def test_fc_projects_the_concatenated_tapped_layers(drafter_dir: Path) -> None:
