@@ -62,16 +62,20 @@ class TextStream:
         """Flush everything held back (the sequence ended)."""
         if self.stopped:
             return Piece()
-        prefix_text = self.tokenizer.decode(self.ids[self.prefix_offset : self.read_offset])
-        rest = self.tokenizer.decode(self.ids[self.prefix_offset :])[len(prefix_text) :]
+        prefix_text, new_text = self.window()
+        rest = new_text[len(prefix_text) :]
         self.prefix_offset = self.read_offset = len(self.ids)
         self.append(rest)
         return self.release(final=True)
 
-    def decode_step(self) -> str:
-        """The new final text, decoding only a window (prefix/read offsets, as in TGI)."""
+    def window(self) -> tuple[str, str]:
+        """The decoded window without and with the unread tokens (offsets as in TGI)."""
         prefix_text = self.tokenizer.decode(self.ids[self.prefix_offset : self.read_offset])
-        new_text = self.tokenizer.decode(self.ids[self.prefix_offset :])
+        return prefix_text, self.tokenizer.decode(self.ids[self.prefix_offset :])
+
+    def decode_step(self) -> str:
+        """The new final text, once it no longer ends in an unfinished character."""
+        prefix_text, new_text = self.window()
         if len(new_text) > len(prefix_text) and not new_text.endswith(REPLACEMENT):
             self.prefix_offset, self.read_offset = self.read_offset, len(self.ids)
             return new_text[len(prefix_text) :]
