@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from drafter.engine import Engine, GenerationStats
-from drafter.probe import NoStopTokenizer
 from drafter.sampling import SamplingParams
 
 DEFAULT_PROMPTS = [
@@ -62,7 +61,7 @@ class Summary:
 def arm_engine(engine: Engine, width: int | None) -> Engine:
     return Engine(
         engine.model,
-        NoStopTokenizer(engine.tokenizer),
+        engine.tokenizer,
         model_id=engine.model_id,
         context_length=engine.context_length,
         drafter=engine.drafter if width is not None else None,
@@ -77,7 +76,7 @@ def run_once(
     tokens: list[int] = []
     start = time.perf_counter()
     first = 0.0
-    for step in engine.generate(prompt, max_tokens, SamplingParams(), stats):
+    for step in engine.generate(prompt, max_tokens, SamplingParams(), stats, ignore_eos=True):
         if not tokens:
             first = time.perf_counter() - start
         tokens.extend(t.id for t in step)

@@ -13,11 +13,9 @@ h200-dflash-config-and-exactness.md). So the probe covers code and prose.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from drafter.engine import Engine, GenerationStats
+from drafter.engine import Engine
 from drafter.sampling import SamplingParams
-from drafter.speculative import speculative_generate
 
 PROBE_PROMPT = (
     "Write a Python function that returns the n-th Fibonacci number, then explain "
@@ -48,18 +46,6 @@ class ProbeResult:
         return f"differs@{self.first_difference}{where}"
 
 
-class NoStopTokenizer:
-    """The engine's tokenizer with no EOS, so both runs produce exactly `tokens` tokens."""
-
-    eos_token_ids: frozenset[int] = frozenset()
-
-    def __init__(self, tokenizer: Any):
-        self.tokenizer = tokenizer
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.tokenizer, name)
-
-
 def first_difference(classic: list[int], speculative: list[int]) -> int | None:
     for i, (a, b) in enumerate(zip(classic, speculative, strict=False)):
         if a != b:
@@ -74,21 +60,13 @@ def probe_exactness(
     or else each probe prompt, and report the first difference."""
     if not engine.speculative:
         raise ValueError("the exactness probe needs an engine with a drafter and a block size")
-    probe = Engine(
-        engine.model,
-        NoStopTokenizer(engine.tokenizer),
-        model_id=engine.model_id,
-        context_length=engine.context_length,
-        drafter=engine.drafter,
-        block_size=engine.block_size,
-    )
     if prompt is None:
         prompts = [engine.tokenizer.encode(text) for text in PROBE_PROMPTS]
     else:
         prompts = [prompt]
     compared = 0
     for index, ids in enumerate(prompts):
-        classic, speculative = both_ways(probe, ids, tokens)
+        classic, speculative = both_ways(engine, ids, tokens)
         compared += len(classic)
         difference = first_difference(classic, speculative)
         if difference is not None:
@@ -96,8 +74,10 @@ def probe_exactness(
     return ProbeResult(engine.block_size, compared, None)
 
 
-def both_ways(probe: Engine, prompt: list[int], tokens: int) -> tuple[list[int], list[int]]:
+def both_ways(engine: Engine, prompt: list[int], tokens: int) -> tuple[list[int], list[int]]:
+    """`tokens` greedy tokens classic and speculative, EOS ignored so both make all of them."""
     params = SamplingParams()
-    classic = [t.id for step in probe.classic_generate(prompt, tokens, params) for t in step]
-    rounds = speculative_generate(probe, prompt, tokens, params, GenerationStats())
+    steps = engine.classic_generate(prompt, tokens, params, ignore_eos=True)
+    classic = [t.id for step in steps for t in step]
+    rounds = engine.generate(prompt, tokens, params, ignore_eos=True)  # speculative: has a drafter
     return classic, [t.id for step in rounds for t in step]
