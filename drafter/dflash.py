@@ -30,6 +30,8 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
+from drafter.attention import StableKVCache, tail_mask
+
 ARCHITECTURE = "DFlashDraftModel"
 DEFAULT_BLOCK_SIZE = 16
 REQUIRED_KEYS = (
@@ -156,20 +158,22 @@ class Attention(nn.Module):
         start = cache.offset  # absolute position of the first new context row
         block_start = start + context.shape[1]
         queries = rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=block_start)
-        block_keys = self.k_norm(self.heads(self.k_proj(x), self.n_kv_heads))
-        block_keys = rope(block_keys, offset=block_start)
-        block_values = self.heads(self.v_proj(x), self.n_kv_heads)
+        keys = rope(self.k_norm(self.heads(self.k_proj(x), self.n_kv_heads)), offset=block_start)
+        values = self.heads(self.v_proj(x), self.n_kv_heads)
         if context.shape[1] > 0:
             context_keys = self.k_norm(self.heads(self.k_proj(context), self.n_kv_heads))
             context_values = self.heads(self.v_proj(context), self.n_kv_heads)
-            keys, values = cache.update_and_fetch(rope(context_keys, offset=start), context_values)
-        else:
-            keys, values = cache.state if cache.keys is not None else (None, None)
-        if keys is not None:
-            block_keys = mx.concatenate([keys, block_keys], axis=2)
-            block_values = mx.concatenate([values, block_values], axis=2)
+            keys = mx.concatenate([rope(context_keys, offset=start), keys], axis=2)
+            values = mx.concatenate([context_values, values], axis=2)
+        # Write [new context; block] into the cache, read [context; block] back, and
+        # trim the block off again: only the context stays cached.
+        keys, values = cache.update_and_fetch(keys, values)
+        mask = None
+        if isinstance(cache, StableKVCache) and cache.full_buffer:
+            mask = tail_mask(block_start, L, keys.shape[2], keys.dtype, causal=False)
+        cache.trim(L)
         out = mx.fast.scaled_dot_product_attention(
-            queries, block_keys, block_values, scale=self.scale, mask=None
+            queries, keys, values, scale=self.scale, mask=mask
         )
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
@@ -214,8 +218,8 @@ class DFlashDraftModel(nn.Module):
             h = layer(h, context, self.rope, layer_cache)
         return self.norm(h)
 
-    def make_cache(self) -> list[KVCache]:
-        return [KVCache() for _ in self.layers]
+    def make_cache(self, stable: bool = False) -> list[KVCache]:
+        return [StableKVCache() if stable else KVCache() for _ in self.layers]
 
 
 def target_embedding(target: nn.Module) -> nn.Module:
@@ -271,8 +275,8 @@ class DFlashDrafter:
         """Published checkpoints carry a training block size, not a serving width."""
         return None
 
-    def make_cache(self) -> list[KVCache]:
-        return self.model.make_cache()
+    def make_cache(self, stable: bool = False) -> list[KVCache]:
+        return self.model.make_cache(stable)
 
     def draft_logits(
         self, anchor: int, features: mx.array, cache: list[KVCache], width: int

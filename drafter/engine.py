@@ -14,8 +14,8 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx_lm.models.cache import make_prompt_cache
 
+from drafter.attention import make_cache, stable_by_default
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -62,9 +62,26 @@ def prefill(model: nn.Module, prompt: list[int], cache: list[Any]) -> mx.array:
 
 
 def make_token(token: int, logprobs: mx.array, params: SamplingParams) -> Token:
+    """One token and its reported logprobs; logprobs: the (V,) row it was chosen from."""
+    return make_tokens([token], logprobs[None], params)[0]
+
+
+def make_tokens(tokens: list[int], logprobs: mx.array, params: SamplingParams) -> list[Token]:
+    """Tokens with their reported logprobs, in one host sync; logprobs: (n, V), row i
+    the one tokens[i] was chosen from."""
     if params.logprobs is None:
-        return Token(token, 0.0)
-    return Token(token, logprobs[token].item(), top_alternatives(logprobs, params.logprobs))
+        return [Token(token, 0.0) for token in tokens]
+    chosen = mx.take_along_axis(logprobs, mx.array(tokens)[:, None], axis=-1)[:, 0]
+    if params.logprobs <= 0:
+        return [Token(t, lp) for t, lp in zip(tokens, chosen.tolist(), strict=True)]
+    top_ids, top_values = top_alternatives(logprobs, params.logprobs)
+    mx.eval(chosen, top_ids, top_values)
+    return [
+        Token(token, logprob, dict(zip(ids, values, strict=True)))
+        for token, logprob, ids, values in zip(
+            tokens, chosen.tolist(), top_ids.tolist(), top_values.tolist(), strict=True
+        )
+    ]
 
 
 def one_hot(token: mx.array, vocab: int) -> mx.array:
@@ -83,6 +100,7 @@ class Engine:
         context_length: int,
         drafter: Any | None = None,
         block_size: int | None = None,
+        stable_attention: bool | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -90,6 +108,14 @@ class Engine:
         self.context_length = context_length
         self.drafter = drafter
         self.block_size = block_size
+        # Multi-row attention over the whole 256-row cache buffer (drafter/attention.py);
+        # None: wherever it pays (CUDA).
+        self.stable_attention = (
+            stable_by_default() if stable_attention is None else stable_attention
+        )
+
+    def make_cache(self) -> list[Any]:
+        return make_cache(self.model, self.stable_attention)
 
     @property
     def eos_ids(self) -> set[int]:
@@ -124,7 +150,7 @@ class Engine:
         the next step's graph is queued before the current token is read back."""
         if max_tokens <= 0:
             return
-        cache = make_prompt_cache(self.model)
+        cache = self.make_cache()
         chooser = TokenChooser(params)
         vocab = self.vocab_size
         eos = set() if ignore_eos else self.eos_ids
@@ -151,17 +177,15 @@ class Engine:
 
     def score(self, prompt: list[int], top_n: int) -> list[Token | None]:
         """Logprobs of each prompt token given its prefix (echo); the first has none."""
-        cache = make_prompt_cache(self.model)
+        cache = make_cache(self.model, stable=False)
         rows = []
         tokens = mx.array(prompt)
         for start in range(0, len(prompt), PREFILL_STEP):
             logits = self.model(tokens[start : start + PREFILL_STEP][None], cache=cache)[0]
             rows.append(log_softmax(logits.astype(mx.float32)))
         logprobs = mx.concatenate(rows, axis=0)
-        params = SamplingParams(logprobs=top_n)
         scored: list[Token | None] = [None]
-        for i, token in enumerate(prompt[1:]):
-            scored.append(make_token(token, logprobs[i], params))
+        scored += make_tokens(prompt[1:], logprobs[:-1], SamplingParams(logprobs=top_n))
         return scored
 
     @property

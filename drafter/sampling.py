@@ -94,7 +94,8 @@ class TokenChooser:
         return sub
 
     def choose(self, logprobs: mx.array) -> mx.array:
-        """logprobs: (V,) from token_logprobs. Returns a scalar token array (lazy)."""
+        """logprobs: (V,) from token_logprobs, or (n, V) rows when greedy.
+        Returns the token array (lazy): a scalar, or (n,) for rows."""
         if self.params.greedy:
             return mx.argmax(logprobs, axis=-1)
         return mx.random.categorical(sampling_logprobs(logprobs, self.params), key=self.next_key())
@@ -104,10 +105,7 @@ class TokenChooser:
         return mx.random.uniform(key=self.next_key()).item()
 
 
-def top_alternatives(logprobs: mx.array, n: int) -> dict[int, float]:
-    """The n most likely tokens of a (V,) logprob row, best first."""
-    if n <= 0:
-        return {}
-    ids = mx.argsort(-logprobs)[:n].tolist()
-    values = logprobs[mx.array(ids)].tolist()
-    return dict(zip(ids, values, strict=True))
+def top_alternatives(logprobs: mx.array, n: int) -> tuple[mx.array, mx.array]:
+    """The n most likely tokens of each (..., V) logprob row, best first: (ids, values), lazy."""
+    ids = mx.argsort(-logprobs, axis=-1)[..., :n]
+    return ids, mx.take_along_axis(logprobs, ids, axis=-1)

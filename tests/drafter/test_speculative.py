@@ -68,7 +68,9 @@ class ForcedDrafter:
         return mx.where(mx.array(wanted)[:, None] == mx.arange(vocab), 0.0, -1e4)
 
 
-def engine_for(pair: Pair, drafter: Any = None, width: int | None = None) -> Engine:
+def engine_for(
+    pair: Pair, drafter: Any = None, width: int | None = None, stable: bool = False
+) -> Engine:
     return Engine(
         pair.model,
         pair.tokenizer,
@@ -76,6 +78,7 @@ def engine_for(pair: Pair, drafter: Any = None, width: int | None = None) -> Eng
         context_length=2048,
         drafter=drafter,
         block_size=width,
+        stable_attention=stable,
     )
 
 
@@ -108,15 +111,19 @@ def assert_same_cache(spec: list, ref: list) -> None:
             assert mx.allclose(x, y, atol=1e-4, rtol=1e-4).item()
 
 
+@pytest.mark.parametrize("stable", [False, True], ids=["exact-keys", "stable-keys"])
 @pytest.mark.parametrize("width", WIDTHS)
-def test_greedy_equals_classic_for_every_acceptance_length(pair: Pair, width: int) -> None:
+def test_greedy_equals_classic_for_every_acceptance_length(
+    pair: Pair, width: int, stable: bool
+) -> None:
     """For every k, drafts agree for k positions then disagree: every rollback
     length is exercised, and after every round the target cache equals the cache
-    classic decode has after the same tokens."""
+    classic decode has after the same tokens. With stable attention (the CUDA
+    default) the verify forward reads the whole cache buffer under a mask."""
     reference = classic(pair, TOKENS + width)
     for agree in range(width):
         session = Session(
-            engine_for(pair, forced(pair, reference, agree), width),
+            engine_for(pair, forced(pair, reference, agree), width, stable),
             SamplingParams(),
             GenerationStats(),
         )
@@ -133,9 +140,13 @@ def test_greedy_equals_classic_for_every_acceptance_length(pair: Pair, width: in
         assert out == reference[:TOKENS]
 
 
+@pytest.mark.parametrize("stable", [False, True], ids=["exact-keys", "stable-keys"])
 @pytest.mark.parametrize("width", [4, 16])
-def test_real_dflash_drafter_end_to_end_equals_classic(pair: Pair, width: int) -> None:
-    assert run(engine_for(pair, pair.drafter, width), TOKENS) == classic(pair, TOKENS)
+def test_real_dflash_drafter_end_to_end_equals_classic(
+    pair: Pair, width: int, stable: bool
+) -> None:
+    speculative = run(engine_for(pair, pair.drafter, width, stable), TOKENS)
+    assert speculative == classic(pair, TOKENS)
 
 
 def test_drafter_context_is_the_targets_features_of_every_position(pair: Pair) -> None:

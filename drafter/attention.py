@@ -1,0 +1,89 @@
+"""Shape-stable attention for multi-row queries (the verify block, the drafter block).
+
+MLX's CUDA backend sends every attention query longer than one row to cuDNN,
+which builds a graph per distinct (Q, K, V, mask) shape and stride set
+(`build_sdpa_cache_key` in mlx/backend/cuda/scaled_dot_product_attention.cpp)
+and caches 256 of them per thread. A speculative round reads K/V of a new
+length every round, so with exact-length keys every round builds graphs
+(about 100 ms each) and one long request evicts what the next one needs.
+
+mlx-lm's `KVCache` already allocates its buffer in steps of 256 rows and hands
+out the slice `keys[..., :offset, :]`. `StableKVCache` hands out the whole
+buffer instead, for multi-row updates only, and its `make_mask` hides the
+unused tail with an additive mask (bottom-right causal over the real keys).
+The shapes a graph is keyed by then repeat for up to 256 tokens. One-row
+queries (classic decode) and the first fill keep mlx-lm's exact-length path.
+Nothing of the model's math is copied: mlx-lm's attention asks the cache for
+its mask and its keys, and this cache answers differently.
+
+Keys past the offset are stale rows of a rejected draft or zeros; the mask
+gives them -inf, so they get exactly zero weight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+MAX_STABLE_ROWS = 64  # wider updates (prefill chunks) keep the exact-length path
+
+
+class StableKVCache(KVCache):
+    """A KVCache whose multi-row reads present the whole allocated buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.full_buffer = False  # whether the last update returned the whole buffer
+
+    def stable(self, rows: int) -> bool:
+        return self.keys is not None and 1 < rows <= MAX_STABLE_ROWS
+
+    def allocation_after(self, rows: int) -> int:
+        """The buffer length once `rows` more rows are written (mirrors KVCache's growth)."""
+        size = self.keys.shape[2]
+        if self.offset + rows <= size:
+            return size
+        steps = (self.step + rows - 1) // self.step
+        kept = self.offset if self.offset % self.step else size
+        return kept + steps * self.step
+
+    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
+        if window_size is not None or not self.stable(N):
+            return super().make_mask(N, return_array=return_array, window_size=window_size)
+        return tail_mask(self.offset, N, self.allocation_after(N), self.keys.dtype, causal=True)
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
+        self.full_buffer = self.stable(keys.shape[2])
+        return super().update_and_fetch(keys, values)
+
+    def keys_and_values(self) -> tuple[mx.array, mx.array]:
+        if self.full_buffer:
+            return self.keys, self.values
+        return super().keys_and_values()
+
+
+def tail_mask(offset: int, rows: int, length: int, dtype: mx.Dtype, causal: bool) -> mx.array:
+    """Additive mask (rows, length) over a buffer whose first offset + rows keys are real.
+
+    Query i sits at absolute position offset + i. Causal: it sees keys j <= offset + i;
+    else every real key. The rest of the buffer gets -inf."""
+    keys = mx.arange(length)[None]
+    limit = offset + (mx.arange(rows)[:, None] if causal else rows - 1)
+    return mx.where(keys <= limit, mx.array(0, dtype), mx.array(-mx.inf, dtype))
+
+
+def make_cache(model: nn.Module, stable: bool) -> list[Any]:
+    """mlx-lm's prompt cache for `model`, with each plain KVCache made stable if asked."""
+    cache = make_prompt_cache(model)
+    if not stable:
+        return cache
+    return [StableKVCache() if type(entry) is KVCache else entry for entry in cache]
+
+
+def stable_by_default() -> bool:
+    """Stable attention pays where multi-row attention builds graphs per shape: CUDA.
+    Elsewhere exact-length keys cost nothing extra and keep the kernels' own rounding."""
+    return mx.default_device().type == mx.gpu and mx.cuda.is_available()
