@@ -11,6 +11,8 @@ mlx-lm's `KVCache` already allocates its buffer in steps of 256 rows and hands
 out the slice `keys[..., :offset, :]`. `StableKVCache` hands out the whole
 buffer instead, for multi-row updates only, and its `make_mask` hides the
 unused tail with an additive mask (bottom-right causal over the real keys).
+It also grows by whole steps, so buffer lengths stay multiples of 256 and the
+graphs of a few lengths (warmed at startup) serve every request.
 The shapes a graph is keyed by then repeat for up to 256 tokens. One-row
 queries (classic decode) and the first fill keep mlx-lm's exact-length path.
 Nothing of the model's math is copied: mlx-lm's attention asks the cache for
@@ -42,13 +44,26 @@ class StableKVCache(KVCache):
         return self.keys is not None and 1 < rows <= MAX_STABLE_ROWS
 
     def allocation_after(self, rows: int) -> int:
-        """The buffer length once `rows` more rows are written (mirrors KVCache's growth)."""
+        """The buffer length once `rows` more rows are written: a multiple of 256."""
         size = self.keys.shape[2]
         if self.offset + rows <= size:
             return size
-        steps = (self.step + rows - 1) // self.step
-        kept = self.offset if self.offset % self.step else size
-        return kept + steps * self.step
+        return size + self.step * ((self.offset + rows - size + self.step - 1) // self.step)
+
+    def grow(self, rows: int) -> None:
+        """Make room for `rows` more rows by appending whole steps to the buffer.
+        (KVCache cuts the buffer to the offset before growing, which leaves lengths
+        that are no multiple of 256: each would be one more graph on CUDA.)"""
+        size = self.allocation_after(rows) - self.keys.shape[2]
+        if size:
+            B, heads, _, k_dim = self.keys.shape
+            v_dim = self.values.shape[3]
+            self.keys = mx.concatenate(
+                [self.keys, mx.zeros((B, heads, size, k_dim), self.keys.dtype)], 2
+            )
+            self.values = mx.concatenate(
+                [self.values, mx.zeros((B, heads, size, v_dim), self.values.dtype)], 2
+            )
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
         if window_size is not None or not self.stable(N):
@@ -57,6 +72,8 @@ class StableKVCache(KVCache):
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         self.full_buffer = self.stable(keys.shape[2])
+        if self.keys is not None:
+            self.grow(keys.shape[2])  # then KVCache writes in place
         return super().update_and_fetch(keys, values)
 
     def keys_and_values(self) -> tuple[mx.array, mx.array]:

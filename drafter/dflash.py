@@ -11,6 +11,13 @@ The checkpoint format is the published one: `config.json` with
 `architectures: ["DFlashDraftModel"]` and `dflash_config`, and a safetensors
 file with the names `fc.weight`, `hidden_norm.weight`, `norm.weight`,
 `layers.N.self_attn.*`, `layers.N.mlp.*`, `layers.N.*_layernorm.weight`.
+
+Optionally `draft_vocab.json` (`{"token_ids": [...]}`) beside them: the tokens
+the target emits most often. The draft head then scores only those rows of the
+target's embedding (EAGLE-3's draft vocabulary, FR-Spec), a fraction of the
+head's cost; tokens outside it get probability zero as drafts. Verification
+still uses the full vocabulary, so exactness is untouched. A loader of the
+published format ignores the file.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from mlx_lm.models.rope_utils import initialize_rope
 from drafter.attention import StableKVCache, tail_mask
 
 ARCHITECTURE = "DFlashDraftModel"
+DRAFT_VOCAB_FILE = "draft_vocab.json"
 DEFAULT_BLOCK_SIZE = 16
 REQUIRED_KEYS = (
     "hidden_size",
@@ -226,13 +234,19 @@ def target_embedding(target: nn.Module) -> nn.Module:
     return target.model.embed_tokens
 
 
-def target_head(target: nn.Module) -> Any:
-    """The target's LM head (or its tied embeddings), as a callable on hidden states."""
+def head_module(target: nn.Module) -> nn.Module:
+    """The module holding the LM head's (V, H) weight: lm_head, or the tied embedding."""
     for owner in (target, getattr(target, "language_model", None)):
         head = getattr(owner, "lm_head", None) if owner is not None else None
         if head is not None:
             return head
-    return target_embedding(target).as_linear
+    return target_embedding(target)
+
+
+def target_head(target: nn.Module) -> Any:
+    """The target's LM head (or its tied embeddings), as a callable on hidden states."""
+    module = head_module(target)
+    return module.as_linear if module is target_embedding(target) else module
 
 
 def target_dims(target: nn.Module) -> tuple[int, int, int]:
@@ -243,15 +257,70 @@ def target_dims(target: nn.Module) -> tuple[int, int, int]:
     return hidden, vocab, len(target.layers)
 
 
+class RestrictedHead:
+    """The target's LM head restricted to the rows of `token_ids`; returns full-vocabulary
+    logits with -inf outside them. q: the draft distribution, zero off the vocabulary."""
+
+    def __init__(self, module: nn.Module, token_ids: list[int], vocab: int):
+        self.ids = mx.array(token_ids, dtype=mx.int32)
+        self.vocab = vocab
+        self.weight = module.weight[self.ids]
+        self.quantized = getattr(module, "scales", None) is not None
+        if self.quantized:
+            self.scales = module.scales[self.ids]
+            biases = getattr(module, "biases", None)
+            self.biases = None if biases is None else biases[self.ids]
+            self.options = {
+                "group_size": module.group_size,
+                "bits": module.bits,
+                "mode": getattr(module, "mode", "affine"),
+            }
+
+    def __call__(self, hidden: mx.array) -> mx.array:
+        if self.quantized:
+            scores = mx.quantized_matmul(
+                hidden, self.weight, self.scales, self.biases, transpose=True, **self.options
+            )
+        else:
+            scores = hidden @ self.weight.T
+        logits = mx.full((*scores.shape[:-1], self.vocab), -mx.inf, dtype=scores.dtype)
+        logits[..., self.ids] = scores
+        return logits
+
+
+def read_draft_vocab(path: Path, vocab: int) -> list[int] | None:
+    file = path / DRAFT_VOCAB_FILE
+    if not file.is_file():
+        return None
+    try:
+        ids = json.loads(file.read_text())["token_ids"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise DrafterError(f"drafter {file}: malformed ({error})") from error
+    if not ids or not all(isinstance(i, int) and 0 <= i < vocab for i in ids):
+        raise DrafterError(f"drafter {file}: token_ids must be ids within vocabulary {vocab}")
+    return ids
+
+
 class DFlashDrafter:
     """A loaded DFlash model bound to its target's embeddings and LM head."""
 
-    def __init__(self, model: DFlashDraftModel, args: ModelArgs, target: nn.Module, path: Path):
+    def __init__(
+        self,
+        model: DFlashDraftModel,
+        args: ModelArgs,
+        target: nn.Module,
+        path: Path,
+        draft_vocab: list[int] | None = None,
+    ):
         self.model = model
         self.args = args
         self.path = path
         self.embed = target_embedding(target)
-        self.head = target_head(target)
+        self.draft_vocab = draft_vocab
+        if draft_vocab is None:
+            self.head = target_head(target)
+        else:
+            self.head = RestrictedHead(head_module(target), draft_vocab, args.vocab_size)
 
     @property
     def target_layer_ids(self) -> list[int]:
@@ -364,8 +433,9 @@ def quantize(model: DFlashDraftModel, quantization: dict[str, Any], weights: dic
     )
 
 
-def load_drafter(path: str | Path, target: nn.Module) -> DFlashDrafter:
-    """Load a published-format DFlash checkpoint and bind it to `target`."""
+def load_drafter(path: str | Path, target: nn.Module, draft_vocab: bool = True) -> DFlashDrafter:
+    """Load a published-format DFlash checkpoint and bind it to `target`; with
+    `draft_vocab`, restrict the draft head to the checkpoint's draft vocabulary if any."""
     path = Path(path)
     if not path.is_dir():
         raise DrafterError(f"drafter {path}: not a directory")
@@ -388,7 +458,8 @@ def load_drafter(path: str | Path, target: nn.Module) -> DFlashDrafter:
     model.set_dtype(target_embedding(target)(mx.array([0])).dtype)
     mx.eval(model.parameters())
     model.eval()
-    return DFlashDrafter(model, args, target, path)
+    vocab = read_draft_vocab(path, args.vocab_size) if draft_vocab else None
+    return DFlashDrafter(model, args, target, path, vocab)
 
 
 def save_drafter(path: str | Path, model: DFlashDraftModel, args: ModelArgs) -> Path:

@@ -30,8 +30,15 @@ DTYPES: dict[str, mx.Dtype] = {
     "float16": mx.float16,
 }
 QUANT_BITS = (2, 3, 4, 5, 6, 8)
-QUANT_GROUP_SIZE = 64
+# The GGUF stores its matrices as Q4_1: blocks of 32 weights along the input axis with
+# a scale and a minimum, which is MLX's affine mode at group size 32 (w = scale * q +
+# bias). Re-quantizing the dequantized blocks at g32 finds the same grid (Q4_1 uses
+# q = 0 and q = 15 in each block), so a 4-bit target is the same model; g64 merged two
+# blocks into one grid and failed the Paris check. The token embedding (Q8_0 there, and
+# the tied LM head) stays at 8 bits.
+QUANT_GROUP_SIZE = 32
 QUANT_MODE = "affine"
+EMBEDDING_BITS = 8
 
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
@@ -210,7 +217,12 @@ def write_model_dir(
     model = _build_model(config, llama_weights(reader, config), DTYPES[dtype])
     if quantize_bits is not None:
         model, config = quantize_model(
-            model, config, QUANT_GROUP_SIZE, quantize_bits, mode=QUANT_MODE
+            model,
+            config,
+            QUANT_GROUP_SIZE,
+            quantize_bits,
+            mode=QUANT_MODE,
+            quant_predicate=keep_embedding_bits(quantize_bits),
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     save_model(out_dir, model)
@@ -219,6 +231,17 @@ def write_model_dir(
     files = {"generation_config.json": generation, **tokenizer_files(reader)}
     for name, content in files.items():
         (out_dir / name).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n")
+
+
+def keep_embedding_bits(bits: int):
+    """quantize_model's predicate: the embedding at max(bits, EMBEDDING_BITS), the rest at bits."""
+
+    def predicate(path: str, module: Any) -> bool | dict[str, Any]:
+        if path.endswith("embed_tokens") and bits < EMBEDDING_BITS:
+            return {"group_size": QUANT_GROUP_SIZE, "bits": EMBEDDING_BITS, "mode": QUANT_MODE}
+        return hasattr(module, "to_quantized")
+
+    return predicate
 
 
 def check_options(dtype: str, quantize_bits: int | None) -> None:

@@ -20,7 +20,8 @@ from mlx_lm import load as mlx_lm_load
 
 from drafter.device import probe_device, quantization_of
 from drafter.engine import Engine
-from drafter.probe import ProbeResult, probe_exactness
+from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
+from drafter.warmup import warm_up
 from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
 NO_DRAFTER = "none"
@@ -51,8 +52,9 @@ class LoadOptions:
     draft_block_size: str | None = None  # the CLI flag, raw
     environ: Mapping[str, str] = field(default_factory=dict)  # where override variables live
     calibration: tuple[TableEntry, ...] = ()  # entries from a local policy file
-    exactness: str = "require"
+    exactness: str = "rounding"  # strict (alias require) | rounding | warn | off
     dtype: str = "auto"
+    warm_up: bool = True
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,9 @@ class Loaded:
     device: Device
     quantization: str | None
     resolution: Resolution
-    exactness: str  # 'exact', 'differs@N' (first differing token), 'off', or 'n/a' (no drafter)
+    exactness: str  # 'exact', 'rounding', 'differs', 'off', or 'n/a' (no drafter)
     probe: ProbeResult | None = None
+    warm_up_s: float | None = None
 
     @property
     def speculative(self) -> bool:
@@ -91,8 +94,9 @@ class Loaded:
             "backend": self.device.backend,
             "compute_capability": capability_text,
             "quantization": self.quantization,
-            "exactness": self.exactness,
-            "probe_tokens": self.probe.tokens if self.probe else None,
+            "stable_attention": self.engine.stable_attention,
+            **(self.probe.fields() if self.probe else {"exactness": self.exactness}),
+            "warm_up_s": self.warm_up_s,
         }
 
 
@@ -151,12 +155,30 @@ def load_engine(options: LoadOptions) -> Loaded:
         block_size=resolution.width,
     )
     probe = None if options.exactness == "off" else probe_exactness(engine)
-    exactness = "off" if probe is None else probe.summary
-    if probe is not None and not probe.exact and options.exactness == "require":
+    exactness = "off" if probe is None else probe.exactness
+    if probe is not None and not serves_speculation(options.exactness, probe):
         engine = classic  # speculation would change greedy output: serve classic, loudly
+    warmed = warm_up(engine) if options.warm_up else None
     return Loaded(
-        engine, target_path, drafter_path, device, quantization, resolution, exactness, probe
+        engine,
+        target_path,
+        drafter_path,
+        device,
+        quantization,
+        resolution,
+        exactness,
+        probe,
+        warmed,
     )
+
+
+def serves_speculation(mode: str, probe: ProbeResult) -> bool:
+    """strict (require): only when exact; rounding: unless a defect; warn: always."""
+    if mode in ("strict", "require"):
+        return probe.exactness == EXACT
+    if mode == "rounding":
+        return probe.exactness != DIFFERS
+    return True
 
 
 def model_dir(value: str, setting: str) -> Path:

@@ -1,10 +1,13 @@
 """Prompts for training and evaluating the default drafter, drawn from text on every machine.
 
-The source is the Python standard library of the interpreter running this script: its
-`.py` files give code, and `pydoc_data/topics.py` (the language reference as strings)
-plus long docstrings give prose. Nothing is copied into the repository; this module is
-the recipe. A deterministic part, chosen by the hash of each source's relative path, is
-held out for evaluation, so every machine (and every Python version) agrees on the split.
+The sources are the Python standard library of the interpreter running this script
+(its `.py` files give code; `pydoc_data/topics.py`, the language reference as strings,
+plus long docstrings give prose) and, with `site=True`, every installed package: its
+Python source, docstrings, Markdown/reST documents and package descriptions (a GPU
+image with torch, transformers, jax, scipy and pandas holds hundreds of MB of them).
+Nothing is copied into the repository; this module is the recipe. A deterministic part,
+chosen by the hash of each source's relative path (stdlib paths bare, installed ones
+under `site/`), is held out for evaluation, so every machine agrees on the split.
 
 Three kinds of prompt:
 - "code": a run of whole lines from a source file, continued raw;
@@ -19,6 +22,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import random
+import site
 import sysconfig
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +45,33 @@ CHAT_INSTRUCTIONS = {
     ],
 }
 
+# Short everyday prompts written for evaluation; no training prompt is drawn from them.
+# (kind, text): "chat" texts are user turns rendered with the target's chat template.
+SHORT_PROMPTS: tuple[tuple[str, str], ...] = (
+    ("code", "def fibonacci(n):"),
+    ("code", "def is_prime(n: int) -> bool:"),
+    ("code", "class Stack:\n    def __init__(self):"),
+    ("code", "def read_csv(path):\n    rows = []"),
+    ("code", "import json\n\n\ndef load_config(path):"),
+    ("code", 'class Point:\n    """A point in the plane."""\n'),
+    ("code", "SELECT name, COUNT(*) FROM orders"),
+    ("code", "-- Create a table of users\nCREATE TABLE users ("),
+    ("prose", "Once upon a time, in a small village by the sea,"),
+    ("prose", "The best way to learn a new programming language is"),
+    ("prose", "Photosynthesis is the process by which"),
+    ("prose", "The history of the printing press begins"),
+    ("prose", "Q: What is the capital of France?\nA:"),
+    ("prose", "Q: Why is the sky blue?\nA:"),
+    ("chat", "What is the capital of France?"),
+    ("chat", "Write a Python function that reverses a string."),
+    ("chat", "Explain recursion to a beginner."),
+    ("chat", "Give me three tips for writing clean code."),
+    ("chat", "What is the difference between a list and a tuple in Python?"),
+    ("chat", "Write a haiku about autumn."),
+    ("chat", "How do I sort a dictionary by value in Python?"),
+    ("chat", "Summarize the plot of Romeo and Juliet in two sentences."),
+)
+
 
 @dataclass(frozen=True)
 class Prompt:
@@ -54,10 +85,30 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+def sha(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
 def is_held_out(source: str) -> bool:
     """True for the evaluation part: ~HELD_OUT_PERCENT% of sources, by path hash."""
-    digest = hashlib.sha256(source.encode()).digest()
-    return int.from_bytes(digest[:4], "big") % 100 < HELD_OUT_PERCENT
+    return int.from_bytes(sha(source)[:4], "big") % 100 < HELD_OUT_PERCENT
+
+
+def site_roots() -> list[Path]:
+    """Where installed packages live (site-packages, dist-packages), deduplicated."""
+    roots = [Path(p) for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]]]
+    return sorted({r.resolve() for r in roots if r.is_dir()})
+
+
+def read_source(path: Path) -> str | None:
+    """The text of a UTF-8 file under 2 MB with something in it, else None."""
+    if not path.is_file() or path.stat().st_size > 2_000_000:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    return text if text.strip() else None
 
 
 def source_files(root: Path) -> list[tuple[str, str]]:
@@ -65,13 +116,7 @@ def source_files(root: Path) -> list[tuple[str, str]]:
     files = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
-        if SKIP_DIRS.intersection(rel.split("/")):
-            continue
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
-        if text.strip():
+        if not SKIP_DIRS.intersection(rel.split("/")) and (text := read_source(path)):
             files.append((rel, text))
     return files
 
@@ -149,14 +194,46 @@ def chat_prompts(
     return prompts
 
 
+def site_sources(
+    max_code: int = 24000, max_prose: int = 8000
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(code, prose) sources of the installed packages, ids under `site/`. At most
+    max_code / max_prose files, a sample fixed by path hash, so reading stays bounded."""
+    code: list[tuple[str, Path, Path]] = []
+    prose: list[tuple[str, Path, Path]] = []
+    for n, root in enumerate(site_roots()):
+        prefix = f"site/{n}/" if n else "site/"
+        code += [(prefix, root, p) for p in root.rglob("*.py")]
+        for pattern in ("*.md", "*.rst", "METADATA"):
+            prose += [(prefix, root, p) for p in root.rglob(pattern)]
+
+    def sample(paths: list[tuple[str, Path, Path]], limit: int) -> list[tuple[str, str]]:
+        out = []
+        for prefix, root, path in sorted(paths, key=lambda p: sha(str(p[2]))):
+            rel = path.relative_to(root).as_posix()
+            if len(out) < limit and "__pycache__" not in rel and (text := read_source(path)):
+                out.append((prefix + rel, text))
+        return sorted(out)
+
+    return sample(code, max_code), sample(prose, max_prose)
+
+
 def build_prompts(
-    seed: int = 0, root: Path | None = None, code_per_file: int = 12, prose_per_source: int = 8
+    seed: int = 0,
+    root: Path | None = None,
+    code_per_file: int = 12,
+    prose_per_source: int = 8,
+    site: bool = False,
 ) -> list[Prompt]:
     """Every prompt (train and held-out), in a deterministic order for a given seed."""
     root = root or stdlib_root()
     rng = random.Random(seed)
     code = source_files(root)
     prose = topic_texts(root) + [d for rel, text in code for d in docstrings(rel, text)]
+    if site:
+        site_code, site_prose = site_sources()
+        prose += site_prose + [d for rel, text in site_code for d in docstrings(rel, text)]
+        code += site_code
     prompts = raw_prompts(code, "code", code_per_file, rng)
     prompts += raw_prompts(prose, "prose", prose_per_source, rng)
     n_chat = len(prompts) // 6
@@ -180,7 +257,9 @@ def held_out_prompts(kind: str, count: int, seed: int = 0) -> list[str]:
 
 
 if __name__ == "__main__":
-    all_prompts = build_prompts()
+    import sys
+
+    all_prompts = build_prompts(site="--site" in sys.argv)
     train, held = split(all_prompts)
     for name, part in (("train", train), ("held_out", held)):
         kinds = {k: sum(p.kind == k for p in part) for k in ("code", "prose", "chat")}

@@ -22,7 +22,15 @@ runs on a bare GPU image. Steps:
 4. Evaluation: mean acceptance length (tokens per round incl. the bonus token) of a
    simulated greedy round loop on held-out continuations, per width and prompt kind.
 5. Output: `config.json` + `model.safetensors` (bf16) in the published checkpoint
-   format, optionally split into parts (`--split-mib`) for transport, plus a JSON log.
+   format, optionally split into parts (`--split-mib`) for transport, plus a JSON log,
+   and `draft_vocab.json`: the N tokens the target emits most often, best first. A
+   loader may restrict the draft head to them (verification keeps the full vocabulary)
+   or ignore the file.
+
+Several drafter depths (`--layers 3 5`) train side by side on the same batches, so the
+target's features are computed once for all of them. One run can span several device
+calls: the generated data (`<out>/data.npz`, token ids as uint16) and a checkpoint
+(`<out>/ckpt-L<layers>.pt`, drafter + optimizer + step) are picked up when present.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +52,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_train_data import Prompt, build_prompts, split  # noqa: E402
+from make_train_data import SHORT_PROMPTS, Prompt, build_prompts, split  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from drafter.gguf_layout import llama_weights  # noqa: E402
@@ -51,7 +60,7 @@ from drafter.gguf_layout import llama_weights  # noqa: E402
 MASK_TOKEN_ID = 16  # "<empty_output>": a special token plain text never produces
 EOS_IDS = (0, 2)  # <|endoftext|>, <|im_end|>
 PAD_ID = 2
-WIDTHS = (2, 3, 4, 5, 6, 8, 16)
+WIDTHS = (2, 4, 8, 16)  # evaluated widths
 START = time.perf_counter()
 
 
@@ -172,6 +181,32 @@ def greedy_continuations(
     return out
 
 
+KINDS = ("code", "prose", "chat")
+
+
+def save_pairs(path: Path, pairs: list[tuple[list[int], list[int]]], kinds: list[str]) -> None:
+    """Prompt/continuation pairs as flat uint16 token ids plus lengths (compact)."""
+    flat = [t for p, g in pairs for t in p + g]
+    np.savez(
+        path,
+        tokens=np.asarray(flat, dtype=np.uint16),
+        prompt_lengths=np.asarray([len(p) for p, _ in pairs], dtype=np.int32),
+        lengths=np.asarray([len(p) + len(g) for p, g in pairs], dtype=np.int32),
+        kinds=np.asarray([KINDS.index(k) for k in kinds], dtype=np.uint8),
+    )
+
+
+def load_pairs(path: Path) -> tuple[list[tuple[list[int], list[int]]], list[str]]:
+    data = np.load(path)
+    tokens = data["tokens"].astype(np.int64).tolist()
+    pairs, start = [], 0
+    for prompt_length, length in zip(data["prompt_lengths"], data["lengths"], strict=True):
+        row = tokens[start : start + int(length)]
+        pairs.append((row[: int(prompt_length)], row[int(prompt_length) :]))
+        start += int(length)
+    return pairs, [KINDS[k] for k in data["kinds"]]
+
+
 class Sequences:
     """Right-padded prompt+continuation token rows, on the device."""
 
@@ -185,6 +220,7 @@ class Sequences:
         for i, (p, g) in enumerate(pairs):
             rows[i, : len(p) + len(g)] = torch.tensor(p + g)
         self.ids = rows.to(device)
+        self.pairs = pairs
 
     def __len__(self) -> int:
         return self.ids.shape[0]
@@ -308,12 +344,12 @@ class Drafter(nn.Module):
         return self.norm(h)
 
 
-def drafter_config(args, target: dict[str, Any]) -> dict[str, Any]:
+def drafter_config(args, target: dict[str, Any], layers: int) -> dict[str, Any]:
     return {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
         "hidden_size": target["hidden_size"],
-        "num_hidden_layers": args.layers,
+        "num_hidden_layers": layers,
         "intermediate_size": args.intermediate_size or target["intermediate_size"],
         "num_attention_heads": target["num_attention_heads"],
         "num_key_value_heads": target["num_key_value_heads"],
@@ -396,15 +432,41 @@ def draft_hidden(drafter, target, features, ids, anchors, keep, widths, block):
 # --- training -------------------------------------------------------------------------
 
 
-def train_step(drafter, target, tap, data, opt, args, gen, device):
+@dataclass
+class Trainee:
+    """One drafter depth being trained, with its optimizer and early-stopping state."""
+
+    layers: int
+    config: dict[str, Any]
+    model: Drafter
+    opt: torch.optim.Optimizer
+    losses: list[float] = field(default_factory=list)
+    best_loss: float = float("inf")
+    best_state: dict[str, torch.Tensor] | None = None
+    bad_evals: int = 0
+    stopped: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"L{self.layers}"
+
+
+def sample_batch(data: Sequences, args, gen: torch.Generator, device) -> tuple:
+    """Rows, random anchors in their continuations and a random width per block."""
     index = torch.randint(len(data), (args.batch,), generator=gen, device=device)
     ids, prompt_lengths, lengths = data.batch(index)
     anchors, keep = sample_anchors(prompt_lengths, lengths, args.anchors, gen)
     full = torch.rand(anchors.shape, generator=gen, device=device) < args.full_width_share
     narrow = torch.randint(2, args.block_size, anchors.shape, generator=gen, device=device)
     widths = torch.where(full, torch.full_like(narrow, args.block_size), narrow)
+    return ids, lengths, anchors, keep, widths
+
+
+def block_loss(drafter, target, features, batch: tuple, args, device):
+    """(loss, row-1 accuracy): cross-entropy on rows 1..width-1 of every block,
+    weighted by exp(-(k-1)/gamma) as published."""
+    ids, lengths, anchors, keep, widths = batch
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        features = tap.features(ids)
         hidden = draft_hidden(
             drafter, target, features, ids, anchors, keep, widths, args.block_size
         )
@@ -415,13 +477,53 @@ def train_step(drafter, target, tap, data, opt, args, gen, device):
     weight = torch.exp(-(k - 1).clamp(min=0).float() / args.gamma)
     losses = F.cross_entropy(logits, labels[valid], reduction="none")
     loss = (losses * weight).sum() / weight.sum()
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
-    opt.step()
     correct = logits.argmax(-1) == labels[valid]
-    first = k == 1
-    return loss.item(), correct[first].float().mean().item()
+    return loss, correct[k == 1].float().mean()
+
+
+def batch_features(tap: FeatureTap, ids: torch.Tensor, device) -> torch.Tensor:
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        return tap.features(ids)
+
+
+def train_step(trainees: list[Trainee], target, tap, data, args, gen, device) -> None:
+    """One batch for every trainee still training; the target's features are shared."""
+    batch = sample_batch(data, args, gen, device)
+    features = batch_features(tap, batch[0], device)
+    for t in trainees:
+        if t.stopped:
+            continue
+        loss, _ = block_loss(t.model, target, features, batch, args, device)
+        t.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(t.model.parameters(), 1.0)
+        t.opt.step()
+        t.losses.append(loss.item())
+
+
+@torch.no_grad()
+def held_out_loss(trainees: list[Trainee], target, tap, data, args, device) -> dict[str, float]:
+    """Mean loss of each trainee on the same fixed held-out batches."""
+    gen = torch.Generator(device=device).manual_seed(1234)
+    totals = {t.name: 0.0 for t in trainees}
+    for _ in range(args.eval_batches):
+        batch = sample_batch(data, args, gen, device)
+        features = batch_features(tap, batch[0], device)
+        for t in trainees:
+            totals[t.name] += block_loss(t.model, target, features, batch, args, device)[0].item()
+    return {name: total / args.eval_batches for name, total in totals.items()}
+
+
+def early_stopping(trainee: Trainee, loss: float, patience: int) -> None:
+    """Keep the best weights by held-out loss; stop after `patience` evals without gain."""
+    if loss < trainee.best_loss:
+        trainee.best_loss, trainee.bad_evals = loss, 0
+        trainee.best_state = {
+            k: v.detach().to("cpu", copy=True) for k, v in trainee.model.state_dict().items()
+        }
+    else:
+        trainee.bad_evals += 1
+        trainee.stopped = trainee.bad_evals >= patience
 
 
 def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
@@ -431,12 +533,29 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def draft_vocabulary(pairs, vocab_size: int, n: int) -> tuple[list[int], dict[str, float]]:
+    """The n tokens the target emits most often (EOS always in), best first, and the
+    share of the target's emitted tokens that the top 4k/8k/16k/32k cover."""
+    emitted = np.asarray([t for _, g in pairs for t in g], dtype=np.int64)
+    counts = np.bincount(emitted, minlength=vocab_size)
+    counts[list(EOS_IDS)] += emitted.size  # never leave EOS out
+    order = np.argsort(-counts, kind="stable")
+    total = max(1, emitted.size)
+    real = np.bincount(emitted, minlength=vocab_size)[order]
+    coverage = {str(k): round(float(real[:k].sum()) / total, 4) for k in (4096, 8192, 16384, 32768)}
+    coverage[str(n)] = round(float(real[:n].sum()) / total, 4)
+    return order[:n].tolist(), coverage
+
+
 # --- evaluation -----------------------------------------------------------------------
 
 
 @torch.no_grad()
-def draft_hits(drafter, target, tap, ids, prompt_lengths, lengths, width, window, device):
-    """hits[r][p]: leading drafts of the block anchored at p that equal the continuation."""
+def draft_hits(
+    drafter, target, tap, ids, prompt_lengths, lengths, width, window, device, vocab=None
+):
+    """hits[r][p]: leading drafts of the block anchored at p that equal the continuation.
+    vocab: a draft vocabulary (token ids) the draft head is restricted to, or None."""
     b, s = ids.shape
     amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     with amp:
@@ -449,7 +568,12 @@ def draft_hits(drafter, target, tap, ids, prompt_lengths, lengths, width, window
         widths = torch.full_like(anchors, width)
         with amp:
             hidden = draft_hidden(drafter, target, features, ids, anchors, keep, widths, width)
-            preds = target.lm_head(hidden).argmax(-1).view(b, -1, width)
+            if vocab is None:
+                preds = target.lm_head(hidden).argmax(-1)
+            else:
+                head = target.lm_head.weight[vocab]
+                preds = vocab[(hidden @ head.T).argmax(-1)]
+            preds = preds.view(b, -1, width)
         labels, valid = block_labels(ids, anchors, keep, widths, lengths, width)
         run = ((preds == labels) & valid)[:, :, 1:].long().cumprod(-1).sum(-1)
         hits[:, start : start + anchors.shape[1]] = torch.where(keep, run, 0)
@@ -457,7 +581,15 @@ def draft_hits(drafter, target, tap, ids, prompt_lengths, lengths, width, window
 
 
 def acceptance(
-    drafter, target, tap, data: Sequences, width: int, device, chunk: int = 32, window: int = 64
+    drafter,
+    target,
+    tap,
+    data: Sequences,
+    width: int,
+    device,
+    chunk: int = 32,
+    window: int = 64,
+    vocab=None,
 ) -> dict[str, float]:
     """Mean tokens emitted per greedy round (accepted drafts + bonus), per prompt kind.
 
@@ -468,7 +600,9 @@ def acceptance(
     for start in range(0, len(data), chunk):
         index = torch.arange(start, min(start + chunk, len(data)), device=device)
         ids, prompt_lengths, lengths = data.batch(index)
-        hits = draft_hits(drafter, target, tap, ids, prompt_lengths, lengths, width, window, device)
+        hits = draft_hits(
+            drafter, target, tap, ids, prompt_lengths, lengths, width, window, device, vocab
+        )
         for row in range(ids.shape[0]):
             pos, end = int(prompt_lengths[row]), int(lengths[row]) - 1
             rounds, emitted = 0, 0
@@ -522,26 +656,118 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--layers", type=int, nargs="+", default=[3], help="depths, trained together")
     p.add_argument("--intermediate-size", type=int, default=0, help="0: the target's")
     p.add_argument("--target-layer-ids", type=int, nargs="+", default=[1, 8, 14, 20, 27])
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--gamma", type=float, default=7.0, help="loss decay over block rows")
     p.add_argument("--full-width-share", type=float, default=0.5)
+    p.add_argument("--site", action="store_true", help="also draw prompts from site-packages")
     p.add_argument("--max-prompts", type=int, default=0, help="0: all")
     p.add_argument("--max-prompt-tokens", type=int, default=320)
     p.add_argument("--new-tokens", type=int, default=192)
     p.add_argument("--gen-batch", type=int, default=768)
-    p.add_argument("--eval-per-kind", type=int, default=96)
+    p.add_argument("--eval-per-kind", type=int, default=64)
+    p.add_argument("--draft-vocab", type=int, default=16384, help="0: none")
     p.add_argument("--batch", type=int, default=48)
     p.add_argument("--anchors", type=int, default=48)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--steps", type=int, default=0, help="0: fit into the time budget")
+    p.add_argument("--eval-every", type=int, default=250, help="steps between held-out losses")
+    p.add_argument("--eval-batches", type=int, default=4)
+    p.add_argument("--patience", type=int, default=4, help="held-out evals without gain")
     p.add_argument("--data-seconds", type=float, default=150.0)
     p.add_argument("--budget-seconds", type=float, default=540.0, help="whole run, wall clock")
     p.add_argument("--eval-seconds", type=float, default=45.0, help="reserved for evaluation")
     p.add_argument("--split-mib", type=float, default=0.0)
     return p.parse_args(argv)
+
+
+def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequences, Sequences]:
+    """(train, held-out, short) sequences: loaded from <out>/data.npz, else generated
+    (target-greedy continuations, batched and length-bucketed) and saved there."""
+    path = args.out / "data.npz"
+    prompts = build_prompts(args.seed, site=args.site)
+    train_prompts, held_prompts = split(prompts)
+    if args.max_prompts:
+        train_prompts = train_prompts[: args.max_prompts]
+    held = [
+        p for k in KINDS for p in [q for q in held_prompts if q.kind == k][: args.eval_per_kind]
+    ]
+    short = [Prompt(text, kind, "short", chat=kind == "chat") for kind, text in SHORT_PROMPTS]
+    log({"event": "prompts", "train": len(train_prompts), "held_out": len(held)}, records)
+
+    def generate(items: list[Prompt], deadline: float) -> tuple[list, list[str]]:
+        encoded = [encode(p, tokenizer, args.max_prompt_tokens) for p in items]
+        began = time.perf_counter()
+        pairs = greedy_continuations(
+            target, encoded, args.new_tokens, args.gen_batch, device, deadline
+        )
+        new = sum(len(g) for _, g in pairs)
+        seconds = time.perf_counter() - began
+        log(
+            {
+                "event": "generated",
+                "seqs": len(pairs),
+                "new_tokens": new,
+                "tok_per_s": round(new / max(seconds, 1e-9)),
+            },
+            records,
+        )
+        # greedy_continuations sorts by length; recover each pair's kind by its prompt.
+        kind_of = {tuple(e): p.kind for e, p in zip(encoded, items, strict=True)}
+        return pairs, [kind_of[tuple(p)] for p, _ in pairs]
+
+    eval_pairs, eval_kinds = generate(held, float("inf"))
+    short_pairs, short_kinds = generate(short, float("inf"))
+    if path.is_file():
+        train_pairs, train_kinds = load_pairs(path)
+    else:
+        train_pairs, train_kinds = generate(train_prompts, START + args.data_seconds)
+        save_pairs(path, train_pairs, train_kinds)
+    return (
+        Sequences(train_pairs, train_kinds, device),
+        Sequences(eval_pairs, eval_kinds, device),
+        Sequences(short_pairs, short_kinds, device),
+    )
+
+
+def make_trainee(args, target_cfg, layers: int, device) -> Trainee:
+    cfg = drafter_config(args, target_cfg, layers)
+    model = Drafter(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    return Trainee(layers, cfg, model, opt)
+
+
+def checkpoint_path(args, trainee: Trainee) -> Path:
+    return args.out / f"ckpt-{trainee.name}.pt"
+
+
+def save_checkpoint(args, trainee: Trainee, step: int, total: int) -> None:
+    state = {
+        "model": trainee.model.state_dict(),
+        "opt": trainee.opt.state_dict(),
+        "step": step,
+        "total": total,
+        "best_loss": trainee.best_loss,
+        "best_state": trainee.best_state,
+        "bad_evals": trainee.bad_evals,
+        "stopped": trainee.stopped,
+    }
+    torch.save(state, checkpoint_path(args, trainee))
+
+
+def resume(args, trainee: Trainee) -> tuple[int, int]:
+    """(step, total) from the trainee's checkpoint, or (0, 0) for a fresh start."""
+    path = checkpoint_path(args, trainee)
+    if not path.is_file():
+        return 0, 0
+    state = torch.load(path, weights_only=False)
+    trainee.model.load_state_dict(state["model"])
+    trainee.opt.load_state_dict(state["opt"])
+    trainee.best_loss, trainee.best_state = state["best_loss"], state["best_state"]
+    trainee.bad_evals, trainee.stopped = state["bad_evals"], state["stopped"]
+    return state["step"], state["total"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -553,6 +779,8 @@ def main(argv: list[str] | None = None) -> None:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     args.out.mkdir(parents=True, exist_ok=True)
     log_path = args.out / "train_log.json"
+    if log_path.is_file():
+        records.extend(json.loads(log_path.read_text()))
 
     def flush() -> None:
         log_path.write_text(json.dumps(records, indent=1) + "\n")
@@ -562,29 +790,7 @@ def main(argv: list[str] | None = None) -> None:
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     log({"event": "target", "device": name, "torch": torch.__version__}, records)
 
-    prompts = build_prompts(args.seed)
-    train_prompts, held_prompts = split(prompts)
-    if args.max_prompts:
-        train_prompts = train_prompts[: args.max_prompts]
-    held = [p for k in ("code", "prose", "chat") for p in held_prompts if p.kind == k]
-    held = [
-        p
-        for k in ("code", "prose", "chat")
-        for p in [q for q in held if q.kind == k][: args.eval_per_kind]
-    ]
-    log({"event": "prompts", "train": len(train_prompts), "held_out": len(held)}, records)
-
-    def generate(items: list[Prompt], deadline: float) -> Sequences:
-        encoded = [encode(p, tokenizer, args.max_prompt_tokens) for p in items]
-        pairs = greedy_continuations(
-            target, encoded, args.new_tokens, args.gen_batch, device, deadline
-        )
-        # greedy_continuations sorts by length; recover each pair's kind by its prompt.
-        kind_of = {tuple(e): p.kind for e, p in zip(encoded, items, strict=True)}
-        return Sequences(pairs, [kind_of[tuple(p)] for p, _ in pairs], device)
-
-    eval_data = generate(held, float("inf"))
-    train_data = generate(train_prompts, START + args.data_seconds)
+    train_data, eval_data, short_data = make_data(args, target, tokenizer, device, records)
     tokens = int((train_data.lengths - train_data.prompt_lengths).sum())
     log(
         {
@@ -592,57 +798,92 @@ def main(argv: list[str] | None = None) -> None:
             "train_seqs": len(train_data),
             "train_new_tokens": tokens,
             "eval_seqs": len(eval_data),
+            "short_seqs": len(short_data),
         },
         records,
     )
+    vocab_ids, coverage = [], {}
+    if args.draft_vocab:
+        vocab_ids, coverage = draft_vocabulary(
+            train_data.pairs, target_cfg["vocab_size"], args.draft_vocab
+        )
+        log({"event": "draft_vocab", "size": len(vocab_ids), "coverage": coverage}, records)
     flush()
 
-    cfg = drafter_config(args, target_cfg)
-    drafter = Drafter(cfg).to(device)
-    params = sum(p.numel() for p in drafter.parameters())
-    opt = torch.optim.AdamW(drafter.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    gen = torch.Generator(device=device).manual_seed(args.seed)
-    log({"event": "drafter", "params": params, "config": cfg}, records)
-
-    total = args.steps or 10**9
-    step = 0
+    trainees = [make_trainee(args, target_cfg, layers, device) for layers in args.layers]
+    step, total = 0, 0
+    for t in trainees:
+        step, total = resume(args, t)
+        params = sum(p.numel() for p in t.model.parameters())
+        log({"event": "drafter", "name": t.name, "params": params, "resumed_at": step}, records)
+    total = total or args.steps or 10**9
+    gen = torch.Generator(device=device).manual_seed(args.seed + step)
     calib_steps, calib_start = 20, None
     train_end = START + args.budget_seconds - args.eval_seconds
-    losses: list[float] = []
-    while step < total and time.perf_counter() < train_end:
-        if step == 5:
+    first = step
+    while step < total and time.perf_counter() < train_end and not all(t.stopped for t in trainees):
+        if step == first + 5:
             calib_start = time.perf_counter()
-        if not args.steps and step == 5 + calib_steps:
+        if total == 10**9 and step == first + 5 + calib_steps:
             per_step = (time.perf_counter() - calib_start) / calib_steps
             total = step + int((train_end - time.perf_counter()) / per_step)
             log({"event": "schedule", "sec_per_step": round(per_step, 4), "steps": total}, records)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, total if total < 10**9 else 2000, args.lr, 60)
-        loss, acc1 = train_step(drafter, target, tap, train_data, opt, args, gen, device)
-        losses.append(loss)
+        for t in trainees:
+            for group in t.opt.param_groups:
+                group["lr"] = lr_at(step, total if total < 10**9 else 2000, args.lr, 60)
+        train_step(trainees, target, tap, train_data, args, gen, device)
         step += 1
-        if step % 50 == 0:
-            log(
-                {
-                    "event": "train",
-                    "step": step,
-                    "loss": round(sum(losses) / len(losses), 4),
-                    "acc_row1": round(acc1, 3),
-                    "lr": round(opt.param_groups[0]["lr"], 6),
-                },
-                records,
-            )
-            losses = []
+        if step % args.eval_every == 0:
+            held = held_out_loss(trainees, target, tap, eval_data, args, device)
+            for t in trainees:
+                if not t.stopped:
+                    early_stopping(t, held[t.name], args.patience)
+                log(
+                    {
+                        "event": "train",
+                        "name": t.name,
+                        "step": step,
+                        "loss": round(sum(t.losses) / max(1, len(t.losses)), 4),
+                        "held_out_loss": round(held[t.name], 4),
+                        "stopped": t.stopped,
+                        "lr": round(t.opt.param_groups[0]["lr"], 6),
+                    },
+                    records,
+                )
+                t.losses = []
             flush()
-    log({"event": "trained", "steps": step}, records)
-    save_drafter(drafter.eval(), cfg, args.out / "drafter", args.split_mib)
+    log({"event": "trained", "steps": step, "total": total}, records)
+    for t in trainees:
+        save_checkpoint(args, t, step, total)
+        if t.best_state is not None:
+            t.model.load_state_dict(t.best_state)
+        out = args.out / f"drafter-{t.name}"
+        save_drafter(t.model.eval(), t.config, out, args.split_mib)
+        if vocab_ids:
+            (out / "draft_vocab.json").write_text(
+                json.dumps({"token_ids": vocab_ids, "coverage": coverage}) + "\n"
+            )
     flush()
 
-    drafter.eval()
-    for width in WIDTHS:
-        result = acceptance(drafter, target, tap, eval_data, width, device)
-        log({"event": "acceptance", "width": width, **result}, records)
-        flush()
+    vocab = torch.tensor(vocab_ids, device=device) if vocab_ids else None
+    heads = [("full", None)] + ([("draft_vocab", vocab)] if vocab is not None else [])
+    for t in trainees:
+        for width in WIDTHS:
+            for head, ids in heads if width == 8 else heads[-1:]:
+                for split_name, data in (("held_out", eval_data), ("short", short_data)):
+                    result = acceptance(t.model, target, tap, data, width, device, vocab=ids)
+                    log(
+                        {
+                            "event": "acceptance",
+                            "name": t.name,
+                            "width": width,
+                            "head": head,
+                            "set": split_name,
+                            **result,
+                        },
+                        records,
+                    )
+            flush()
     log({"event": "done"}, records)
     flush()
 

@@ -634,7 +634,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", type=int, default=3, help="timed passes per arm")
     parser.add_argument("--warmup", type=int, default=1, help="discarded passes per arm")
     parser.add_argument("--dtype", default=None, choices=("auto", "float32", "bfloat16", "float16"))
-    parser.add_argument("--exactness", default=None, choices=("require", "warn", "off"))
+    parser.add_argument(
+        "--exactness", default=None, choices=("strict", "require", "rounding", "warn", "off")
+    )
     parser.add_argument("--cache-dir", default=None)
     parser.add_argument("--blas", default="auto", choices=BLAS_MODES)
     parser.add_argument("--server-arg", action="append", default=[], help="passed to serve")

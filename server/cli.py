@@ -1,4 +1,4 @@
-"""`draftwise serve`, `draftwise policy explain`, `draftwise bench`, `draftwise calibrate`.
+"""`draftwise serve`, `policy explain`, `bench`, `calibrate` and `profile`.
 
 Flags beat environment variables: a flag's value is passed to the settings as
 an init value, which pydantic-settings ranks above the environment. A bad
@@ -23,6 +23,7 @@ from server.bench import add_bench_parser
 from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
 from server.calibrate import add_calibrate_parser, default_calibration_path, load_calibration
 from server.settings import ServeSettings, env_names
+from server.tooling.profile import add_profile_parser
 
 EXIT_BAD_VALUE = 2
 EXIT_LOAD_FAILED = 1
@@ -35,7 +36,8 @@ SERVE_FLAGS: dict[str, str] = {
     "draft_kind": "drafter kind (dflash)",
     "draft_block_size": "draft block width override (beats every environment variable)",
     "policy_file": "calibration entries (JSON); default: the file draftwise calibrate wrote",
-    "exactness": "require | warn | off: what to do when speculation is not exact",
+    "exactness": "strict (alias require) | rounding | warn | off: serve speculation only "
+    "when exact, unless a defect (default), always, or skip the probe",
     "cache_dir": "where generated/converted models are cached",
     "dtype": "auto | float16 | bfloat16 | float32",
     "host": "listen address",
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_explain_arguments(policy_commands.add_parser("explain", help="what a host would get"))
     add_bench_parser(commands)
     add_calibrate_parser(commands)
+    add_profile_parser(commands)
     return parser
 
 
@@ -77,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_explain(args)
     if args.command == "serve":
         return run_serve(args, os.environ)
+    if args.command == "profile":  # measures MLX: with OpenBLAS where serve would use it
+        reexec_with_openblas_if_available(sys.orig_argv, os.environ, False)
     return args.func(args)
 
 

@@ -113,12 +113,26 @@ def report_loaded(
     config = loaded.speculative_config()
     log.info("dflash.config", **config)
     probe = loaded.probe
-    if probe is not None and not probe.exact:
-        serving = "speculative (exactness=warn)" if loaded.speculative else "classic decode"
+    serving = "speculative" if loaded.speculative else "classic decode"
+    if probe is not None and probe.defects:
+        for defect in probe.defects:  # never hidden behind "rounding"
+            log.error(
+                "dflash.defect",
+                block_size=probe.width,
+                prompt=defect.prompt_index + 1,
+                position=defect.position,
+                classic_token=defect.classic,
+                speculative_token=defect.speculative,
+                margin=defect.margin,
+                tolerance=probe.tolerance,
+                serving=serving,
+            )
+    elif probe is not None and not probe.exact:
         log.warning(
-            "dflash.inexact",
+            "dflash.rounding",
             block_size=probe.width,
-            first_difference=probe.first_difference,
+            divergences=[d.describe() for d in probe.divergences],
+            tolerance=probe.tolerance,
             serving=serving,
         )
     for override in loaded.resolution.ignored:

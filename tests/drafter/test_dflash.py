@@ -245,3 +245,48 @@ def test_refuses_weights_of_the_wrong_shape(drafter_dir: Path, target: nn.Module
     edit_config(drafter_dir, intermediate_size=96)
     with pytest.raises(DrafterError, match="weights do not match config"):
         load_drafter(drafter_dir, target)
+
+
+def write_draft_vocab(path: Path, ids: list[int]) -> None:
+    (path / "draft_vocab.json").write_text(json.dumps({"token_ids": ids}))
+
+
+def test_a_draft_vocabulary_restricts_drafts_to_its_tokens(
+    drafter_dir: Path, target: nn.Module
+) -> None:
+    vocab = target.model.embed_tokens.weight.shape[0]
+    ids = list(range(0, vocab, 3))
+    write_draft_vocab(drafter_dir, ids)
+    full = load_drafter(drafter_dir, target, draft_vocab=False)
+    restricted = load_drafter(drafter_dir, target)
+    assert full.draft_vocab is None and restricted.draft_vocab == ids
+    context = features(5, 2 * target.model.embed_tokens.weight.shape[1], seed=7)
+    want = full.draft_logits(3, context, full.make_cache(), 6)
+    got = restricted.draft_logits(3, context, restricted.make_cache(), 6)
+    inside = mx.array(ids)
+    assert mx.allclose(got[:, inside], want[:, inside], atol=1e-5).item()
+    outside = mx.array(sorted(set(range(vocab)) - set(ids)))
+    assert mx.all(got[:, outside] == -mx.inf).item()
+    assert set(mx.argmax(got, axis=-1).tolist()) <= set(ids)
+
+
+def test_a_checkpoint_with_a_draft_vocabulary_loads_where_it_is_ignored(
+    drafter_dir: Path, target: nn.Module
+) -> None:
+    """The published loader reads config.json and *.safetensors only: the extra file
+    changes nothing for it."""
+    write_draft_vocab(drafter_dir, [0, 1, 2])
+    plain = load_drafter(drafter_dir, target, draft_vocab=False)
+    assert plain.draft_vocab is None
+    assert (
+        plain.draft_logits(
+            1, features(3, plain.model.fc.weight.shape[1], 1), plain.make_cache(), 4
+        ).shape[-1]
+        == (target.model.embed_tokens.weight.shape[0])
+    )
+
+
+def test_refuses_a_malformed_draft_vocabulary(drafter_dir: Path, target: nn.Module) -> None:
+    write_draft_vocab(drafter_dir, [-1, 5])
+    with pytest.raises(DrafterError, match="draft_vocab.json"):
+        load_drafter(drafter_dir, target)

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import mlx.core as mx
 import pytest
 from mlx_lm import load
 
+import drafter.rollback
 from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
-from drafter.probe import PROBE_PROMPTS, ProbeResult, first_difference, probe_exactness
+from drafter.probe import (
+    PROBE_PROMPTS,
+    Divergence,
+    ProbeResult,
+    first_difference,
+    probe_exactness,
+)
 from drafter.sampling import SamplingParams
 from drafter.tiny import write_tiny_model
 
@@ -38,9 +46,74 @@ def engine(pair: tuple[Any, Any, Any], width: int | None) -> Engine:
 @pytest.mark.parametrize("width", [3, 16])
 def test_probe_finds_the_tiny_pair_exact_at_the_resolved_width(pair, width: int) -> None:
     result = probe_exactness(engine(pair, width), tokens=12)
-    compared = 12 * len(PROBE_PROMPTS)  # every probe prompt, code and prose
-    assert result == ProbeResult(width=width, tokens=compared, first_difference=None)
-    assert result.exact and result.summary == "exact"
+    assert result.tokens == 12 * len(PROBE_PROMPTS)  # every probe prompt, code and prose
+    assert result.divergences == ()
+    assert result.exact and result.exactness == "exact"
+    assert 0.0 <= result.kernel_noise < 1e-3  # float32 on CPU: one-row and w-row agree closely
+
+
+def test_a_rollback_that_keeps_one_row_too_many_is_a_defect(pair, monkeypatch) -> None:
+    real = drafter.rollback.rollback
+
+    def keeps_one_more(cache, ckpt, n_keep, n_verified):
+        real(cache, ckpt, min(n_keep + 1, n_verified), n_verified)
+
+    monkeypatch.setattr(drafter.rollback, "rollback", keeps_one_more)
+    result = probe_exactness(engine(pair, 4), tokens=16)
+    assert result.exactness == "differs"
+    assert result.defects and all(d.margin > result.tolerance for d in result.defects)
+
+
+def test_a_choice_read_from_the_wrong_verify_row_is_a_defect(pair, monkeypatch) -> None:
+    from drafter.speculative import Session
+
+    real = Session.row_logprobs
+
+    def shifted(self, logits, drafts):
+        rows = real(self, logits, drafts)
+        return mx.concatenate([rows[1:], rows[-1:]])  # row i answers for row i + 1
+
+    monkeypatch.setattr(Session, "row_logprobs", shifted)
+    result = probe_exactness(engine(pair, 4), tokens=16)
+    assert result.exactness == "differs"
+
+
+class NoisyWideForwards:
+    """The target, but every multi-row forward adds noise of up to `scale` to its
+    logits, a fixed function of the position and tokens (like a kernel's rounding,
+    the same input gives the same output): what a w-row kernel looks like."""
+
+    def __init__(self, model: Any, scale: float):
+        self.inner, self.scale = model, scale
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __call__(self, inputs: mx.array, cache: Any = None) -> mx.array:
+        logits = self.inner(inputs, cache=cache)
+        if inputs.shape[1] == 1:
+            return logits
+        offset = next(c.offset for c in cache if hasattr(c, "offset"))
+        seed = hash((offset, tuple(inputs[0].tolist()))) % 2**31
+        noise = mx.random.uniform(-1, 1, logits.shape, key=mx.random.key(seed))
+        return logits + self.scale * noise
+
+
+def test_divergences_at_ties_within_the_kernel_noise_are_rounding(pair) -> None:
+    model, tokenizer, drafter_ = pair
+    noisy = Engine(
+        NoisyWideForwards(model, scale=0.5),
+        tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=drafter_,
+        block_size=4,
+    )
+    result = probe_exactness(noisy, tokens=48)
+    assert 0.0 < result.kernel_noise <= 0.5
+    assert result.divergences, "the noise should flip some near-tied argmax"
+    assert result.exactness == "rounding"
+    assert all(d.margin <= result.tolerance for d in result.divergences)
 
 
 def test_probe_compares_the_full_count_even_past_eos(pair) -> None:
@@ -68,12 +141,18 @@ def test_first_difference_is_the_first_differing_position() -> None:
     assert first_difference([1, 2, 3], [1, 2]) == 2
 
 
-def test_a_difference_is_summarised_with_its_position() -> None:
-    result = ProbeResult(width=4, tokens=64, first_difference=17)
-    assert not result.exact
-    assert result.summary == "differs@17"
-
-
-def test_a_difference_in_a_later_prompt_names_that_prompt() -> None:
-    result = ProbeResult(width=4, tokens=128, first_difference=40, prompt_index=1)
-    assert result.summary == "differs@40 (prompt 2)"
+def test_classes_follow_the_margins_against_twice_the_noise() -> None:
+    tie = Divergence(0, 5, 10, 11, margin=0.06)
+    wide = Divergence(1, 9, 10, 12, margin=3.0)
+    assert ProbeResult(4, 128, kernel_noise=0.5).exactness == "exact"
+    rounding = ProbeResult(4, 128, kernel_noise=0.5, divergences=(tie,))
+    assert rounding.exactness == "rounding" and rounding.defects == ()
+    differs = ProbeResult(4, 128, kernel_noise=0.5, divergences=(tie, wide))
+    assert differs.exactness == "differs" and differs.defects == (wide,)
+    assert differs.fields() == {
+        "exactness": "differs",
+        "divergences": 2,
+        "max_margin": 3.0,
+        "kernel_noise": 0.5,
+        "probe_tokens": 128,
+    }

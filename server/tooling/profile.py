@@ -1,0 +1,198 @@
+"""`draftwise profile`: where the time of a speculative round goes.
+
+For a pair, a width (or several), a prompt and a token count it runs the real
+round loop (`drafter.speculative.Session`) three ways:
+
+- plain, as served: the round total, cold (the first request after load) and warm,
+  and every round's time, to see whether rounds stay steady;
+- instrumented: `RoundTimer` evaluates each stage's outputs as it ends, so draft
+  forward, verify forward, choice, host sync, rollback and the rest are timed apart;
+- classic decode of the same prompt: the one-row step the round competes with.
+
+`--requests N` adds N requests of different prompt lengths (the prompt repeated and
+cut), so rounds that cross K/V lengths and cache allocations are seen. Output is a
+table, or with `--json` one JSON object per width.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PROMPT = "def quicksort(items):\n    "
+
+
+@dataclass
+class WidthProfile:
+    width: int
+    backend: str
+    attention: str
+    rounds: int
+    acceptance_length: float
+    round_ms: float  # warm, plain: median wall time of a round
+    round_ms_cold: float  # the first round of the first request after load
+    verify_ms: float
+    draft_ms: float
+    step_ms: float  # classic decode: median one-row step
+    stages_ms: dict[str, float]
+    rest_share: float  # (round - verify - draft) / round, warm
+    max_round_ms: float
+    rounds_over_2x_median: int
+    round_times_ms: list[float] = field(default_factory=list)
+
+
+def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("profile", help="per-stage times of a speculative round")
+    parser.add_argument("--model", default=None, help="target directory; default: the pair")
+    parser.add_argument("--draft-model", default=None, help="drafter directory")
+    parser.add_argument("--width", default="4", help="a width, or several: 2,4,8,16")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3, help="warm requests per measurement")
+    parser.add_argument("--requests", type=int, default=0, help="extra prompt lengths")
+    parser.add_argument(
+        "--attention",
+        choices=("auto", "stable", "exact"),
+        default="auto",
+        help="multi-row attention keys: stable (whole 256-row buffer, masked), exact, "
+        "or auto (stable on CUDA)",
+    )
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--json", action="store_true", help="one JSON object per width")
+    parser.set_defaults(func=run_profile)
+    return parser
+
+
+def widths_of(text: str) -> list[int]:
+    try:
+        widths = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        widths = []
+    if not widths or min(widths) < 2:
+        raise SystemExit(f"error: invalid --width {text!r}: integers >= 2, comma-separated")
+    return widths
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    widths = widths_of(args.width)
+    from drafter.loading import LoadOptions, load_engine
+    from server.settings import ServeSettings
+
+    cache_dir = args.cache_dir or ServeSettings().cache_dir
+    options = LoadOptions(
+        cache_dir=cache_dir,
+        model=args.model,
+        draft_model=args.draft_model,
+        draft_block_size=str(widths[0]),
+        exactness="off",
+        dtype=args.dtype,
+        warm_up=False,  # the cold figure is the first request after load
+    )
+    loaded = load_engine(options)
+    if loaded.engine.drafter is None:
+        print("error: profile needs a drafter (--draft-model none serves classic)", file=sys.stderr)
+        return 2
+    stable = {"auto": None, "stable": True, "exact": False}[args.attention]
+    if stable is not None:
+        loaded.engine.stable_attention = stable
+    attention = "stable" if loaded.engine.stable_attention else "exact"
+    prompt = loaded.engine.tokenizer.encode(args.prompt)
+    for width in widths:
+        result = profile_width(
+            loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
+        )
+        result.backend, result.attention = loaded.device.backend, attention
+        print(json.dumps(asdict(result)) if args.json else table_row(result), flush=True)
+    return 0
+
+
+def timed_rounds(engine: Any, prompt: list[int], tokens: int, width: int, timer=None):
+    """(per-round wall times in s, stats) of one greedy speculative request."""
+    from drafter.engine import GenerationStats
+    from drafter.sampling import SamplingParams
+    from drafter.speculative import Session
+
+    stats = GenerationStats()
+    session = Session(engine, SamplingParams(), stats, ignore_eos=True, width=width, timer=timer)
+    times, last = [], None
+    for _ in session.generate(prompt, tokens):
+        now = time.perf_counter()
+        if last is not None:
+            times.append(now - last)
+        last = now
+    return times, stats
+
+
+def classic_step_ms(engine: Any, prompt: list[int], tokens: int) -> float:
+    from drafter.sampling import SamplingParams
+
+    times, last = [], None
+    for _ in engine.classic_generate(prompt, tokens, SamplingParams(), ignore_eos=True):
+        now = time.perf_counter()
+        if last is not None:
+            times.append(now - last)
+        last = now
+    return 1000 * statistics.median(times)
+
+
+def prompt_lengths(prompt: list[int], count: int) -> list[list[int]]:
+    """`count` prompts from 16 to ~1,000 tokens: the prompt repeated, then cut."""
+    longest = (prompt * (1 + 1024 // max(1, len(prompt))))[:1024]
+    return [longest[: 16 + (1000 * i) // max(1, count)] for i in range(count)]
+
+
+def profile_width(
+    engine: Any, width: int, prompt: list[int], tokens: int, repeats: int, requests: int
+) -> WidthProfile:
+    from drafter.speculative import STAGES, RoundTimer
+
+    cold, _ = timed_rounds(engine, prompt, tokens, width)
+    warm: list[float] = []
+    rounds, accepted_length = 0, 0.0
+    for _ in range(repeats):
+        times, stats = timed_rounds(engine, prompt, tokens, width)
+        warm += times
+        rounds, accepted_length = stats.rounds, stats.acceptance_length
+    for extra in prompt_lengths(prompt, requests):
+        warm += timed_rounds(engine, extra, tokens, width)[0]
+    timer = RoundTimer()
+    for _ in range(repeats):
+        timed_rounds(engine, prompt, tokens, width, timer)
+    stages = {s: 1000 * statistics.median(timer.stages[s]) for s in STAGES if timer.stages[s]}
+    round_ms = 1000 * statistics.median(warm)
+    verify, draft = stages.get("verify", 0.0), stages.get("draft", 0.0)
+    return WidthProfile(
+        width=width,
+        backend="",
+        attention="",
+        rounds=rounds,
+        acceptance_length=round(accepted_length, 3),
+        round_ms=round(round_ms, 3),
+        round_ms_cold=round(1000 * cold[0], 3) if cold else 0.0,
+        verify_ms=round(verify, 3),
+        draft_ms=round(draft, 3),
+        step_ms=round(classic_step_ms(engine, prompt, tokens), 3),
+        stages_ms={k: round(v, 3) for k, v in stages.items()},
+        rest_share=round(max(0.0, round_ms - verify - draft) / round_ms, 3) if round_ms else 0.0,
+        max_round_ms=round(1000 * max(warm), 3),
+        rounds_over_2x_median=sum(t > 2 * statistics.median(warm) for t in warm),
+        round_times_ms=[round(1000 * t, 3) for t in warm],
+    )
+
+
+def table_row(p: WidthProfile) -> str:
+    stages = " ".join(f"{k}={v:.2f}" for k, v in p.stages_ms.items())
+    return (
+        f"width {p.width} [{p.backend}, {p.attention} keys]: round {p.round_ms:.2f} ms warm "
+        f"({p.round_ms_cold:.1f} cold, max {p.max_round_ms:.1f}, "
+        f"{p.rounds_over_2x_median} over 2x median) | verify {p.verify_ms:.2f} + draft "
+        f"{p.draft_ms:.2f} ms, rest {100 * p.rest_share:.0f}% | step {p.step_ms:.2f} ms | "
+        f"acceptance {p.acceptance_length:.2f} | stages {stages}"
+    )
