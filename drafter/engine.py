@@ -73,7 +73,7 @@ def make_tokens(tokens: list[int], logprobs: mx.array, params: SamplingParams) -
         return [Token(token, 0.0) for token in tokens]
     chosen = mx.take_along_axis(logprobs, mx.array(tokens)[:, None], axis=-1)[:, 0]
     if params.logprobs <= 0:
-        return [Token(t, lp) for t, lp in zip(tokens, chosen.tolist(), strict=True)]
+        return [Token(t, lp, {}) for t, lp in zip(tokens, chosen.tolist(), strict=True)]
     top_ids, top_values = top_alternatives(logprobs, params.logprobs)
     mx.eval(chosen, top_ids, top_values)
     return [

@@ -195,7 +195,7 @@ def chat_prompts(
 
 
 def site_sources(
-    max_code: int = 24000, max_prose: int = 8000
+    max_code: int = 8000, max_prose: int = 3000
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(code, prose) sources of the installed packages, ids under `site/`. At most
     max_code / max_prose files, a sample fixed by path hash, so reading stays bounded."""

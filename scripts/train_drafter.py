@@ -676,7 +676,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-every", type=int, default=250, help="steps between held-out losses")
     p.add_argument("--eval-batches", type=int, default=4)
     p.add_argument("--patience", type=int, default=4, help="held-out evals without gain")
-    p.add_argument("--data-seconds", type=float, default=150.0)
+    p.add_argument(
+        "--data-seconds", type=float, default=150.0, help="train-data generation, once started"
+    )
     p.add_argument("--budget-seconds", type=float, default=540.0, help="whole run, wall clock")
     p.add_argument("--eval-seconds", type=float, default=45.0, help="reserved for evaluation")
     p.add_argument("--split-mib", type=float, default=0.0)
@@ -723,7 +725,13 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     if path.is_file():
         train_pairs, train_kinds = load_pairs(path)
     else:
-        train_pairs, train_kinds = generate(train_prompts, START + args.data_seconds)
+        # The budget counts from here: building and encoding 10^5 prompts takes minutes.
+        deadline = time.perf_counter() + args.data_seconds
+        train_pairs, train_kinds = generate(train_prompts, deadline)
+        if not train_pairs:
+            raise SystemExit(
+                f"no training data generated within --data-seconds {args.data_seconds}"
+            )
         save_pairs(path, train_pairs, train_kinds)
     return (
         Sequences(train_pairs, train_kinds, device),

