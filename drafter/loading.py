@@ -158,7 +158,9 @@ def load_engine(options: LoadOptions) -> Loaded:
     exactness = "off" if probe is None else probe.exactness
     if probe is not None and not serves_speculation(options.exactness, probe):
         engine = classic  # speculation would change greedy output: serve classic, loudly
-    warmed = warm_up(engine) if options.warm_up else None
+    # CPU kernels need no compilation and attention builds no graphs there: nothing to warm.
+    warm = options.warm_up and device.backend != "cpu"
+    warmed = warm_up(engine) if warm else None
     return Loaded(
         engine,
         target_path,

@@ -666,7 +666,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompts", type=int, default=0, help="0: all")
     p.add_argument("--max-prompt-tokens", type=int, default=320)
     p.add_argument("--new-tokens", type=int, default=192)
-    p.add_argument("--gen-batch", type=int, default=768)
+    p.add_argument("--gen-batch", type=int, default=2048)
     p.add_argument("--eval-per-kind", type=int, default=64)
     p.add_argument("--draft-vocab", type=int, default=16384, help="0: none")
     p.add_argument("--batch", type=int, default=48)

@@ -35,14 +35,14 @@ class WidthProfile:
     attention: str
     rounds: int
     acceptance_length: float
-    round_ms: float  # warm, plain: median wall time of a round
+    round_ms: float  # warm, plain: median wall time of a round (the --prompt repeats)
     round_ms_cold: float  # the first round of the first request after load
     verify_ms: float
     draft_ms: float
     step_ms: float  # classic decode: median one-row step
     stages_ms: dict[str, float]
     rest_share: float  # (round - verify - draft) / round, warm
-    max_round_ms: float
+    max_round_ms: float  # these two and round_times_ms: the repeats plus --requests prompts
     rounds_over_2x_median: int
     round_times_ms: list[float] = field(default_factory=list)
 
@@ -82,6 +82,9 @@ def widths_of(text: str) -> list[int]:
 
 def run_profile(args: argparse.Namespace) -> int:
     widths = widths_of(args.width)
+    import structlog  # log lines to stderr: stdout carries the results (JSON lines)
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     from drafter.loading import LoadOptions, load_engine
     from server.settings import ServeSettings
 
@@ -160,8 +163,9 @@ def profile_width(
         times, stats = timed_rounds(engine, prompt, tokens, width)
         warm += times
         rounds, accepted_length = stats.rounds, stats.acceptance_length
+    steady = list(warm)  # plus rounds at other prompt lengths: for steadiness only
     for extra in prompt_lengths(prompt, requests):
-        warm += timed_rounds(engine, extra, tokens, width)[0]
+        steady += timed_rounds(engine, extra, tokens, width)[0]
     timer = RoundTimer()
     for _ in range(repeats):
         timed_rounds(engine, prompt, tokens, width, timer)
@@ -181,9 +185,9 @@ def profile_width(
         step_ms=round(classic_step_ms(engine, prompt, tokens), 3),
         stages_ms={k: round(v, 3) for k, v in stages.items()},
         rest_share=round(max(0.0, round_ms - verify - draft) / round_ms, 3) if round_ms else 0.0,
-        max_round_ms=round(1000 * max(warm), 3),
-        rounds_over_2x_median=sum(t > 2 * statistics.median(warm) for t in warm),
-        round_times_ms=[round(1000 * t, 3) for t in warm],
+        max_round_ms=round(1000 * max(steady), 3),
+        rounds_over_2x_median=sum(t > 2 * statistics.median(steady) for t in steady),
+        round_times_ms=[round(1000 * t, 3) for t in steady],
     )
 
 
