@@ -19,10 +19,11 @@ from pydantic import ValidationError
 from policy import PolicyError, TableEntry, overrides_from
 from policy.explain import add_explain_arguments, run_explain
 from policy.overrides import override_width
-from server.bench import add_bench_parser
 from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
-from server.calibrate import add_calibrate_parser, default_calibration_path, load_calibration
+from server.policy_file import default_calibration_path, load_calibration
 from server.settings import ServeSettings, env_names
+from server.tooling.bench import add_bench_parser
+from server.tooling.calibrate import add_calibrate_parser
 from server.tooling.profile import add_profile_parser
 
 EXIT_BAD_VALUE = 2

@@ -1,4 +1,4 @@
-"""A small bounded run of server/loadtest.py against the real server process."""
+"""A small bounded run of server/tooling/loadtest.py against the real server process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.loadtest import run_load, write_record
+from server.tooling.loadtest import run_load, write_record
 from tests.e2e.conftest import API_KEY
 from tests.e2e.serverproc import ServerProcess
 

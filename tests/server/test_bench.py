@@ -9,7 +9,8 @@ import pytest
 
 from drafter.dflash import write_random_drafter
 from drafter.tiny import write_tiny_model
-from server.bench import (
+from server.blas import BLAS_ENV, REEXEC_MARKER, find_openblas
+from server.tooling.bench import (
     BenchConfig,
     BenchError,
     run_sweep,
@@ -17,8 +18,8 @@ from server.bench import (
     server_environment,
     speculative_config,
 )
-from server.bench_inprocess import run_in_process
-from server.bench_record import (
+from server.tooling.bench_inprocess import run_in_process
+from server.tooling.bench_record import (
     ABOVE,
     BELOW,
     OVERLAPPING,
@@ -33,7 +34,6 @@ from server.bench_record import (
     verdict,
     write_record,
 )
-from server.blas import BLAS_ENV, REEXEC_MARKER, find_openblas
 
 MAX_TOKENS = 8
 PROMPT = "def add(a, b):\n    return"

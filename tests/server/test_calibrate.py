@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from policy import Device, PolicyError, TableEntry, entries_to_json, resolve_width
-from server.bench_record import Arm, Request, Run, build_record
-from server.calibrate import (
+from server.tooling.bench_record import Arm, Request, Run, build_record
+from server.tooling.calibrate import (
     EXIT_INCONCLUSIVE,
     Inconclusive,
     calibrate_from_record,

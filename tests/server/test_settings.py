@@ -9,7 +9,6 @@ import pytest
 from pydantic import ValidationError
 
 from policy import OVERRIDE_ENV_VARS, TableEntry
-from server.calibrate import default_calibration_path, write_calibration
 from server.cli import (
     SERVE_FLAGS,
     build_parser,
@@ -18,6 +17,7 @@ from server.cli import (
     source_of,
 )
 from server.settings import ServeSettings, known_env_vars, unknown_env_vars
+from server.tooling.calibrate import default_calibration_path, write_calibration
 
 
 @pytest.fixture(autouse=True)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -27,53 +25,22 @@ from policy import (
     KNOWN_DRAFTER_KINDS,
     PolicyError,
     TableEntry,
-    entries_from_json,
-    entries_to_json,
 )
-from server.bench import (
+from server.policy_file import default_calibration_path, load_calibration, write_calibration
+from server.tooling.bench import (
     BenchError,
     add_sweep_arguments,
     config_from_args,
     print_progress,
     run_sweep,
 )
-from server.bench_record import OVERLAPPING, all_widths_lose, best_width, write_record
-from server.settings import default_cache_dir
+from server.tooling.bench_record import OVERLAPPING, all_widths_lose, best_width, write_record
 
-CALIBRATION_FILE = "calibration.json"
 EXIT_INCONCLUSIVE = 3
 
 
 class Inconclusive(Exception):
     """No width beat classic with disjoint ranges, but not every width lost."""
-
-
-def default_calibration_path(cache_dir: Path | None = None) -> Path:
-    """Where `draftwise calibrate` writes and `draftwise serve` reads: <cache dir>/policy/."""
-    return Path(cache_dir or default_cache_dir()) / "policy" / CALIBRATION_FILE
-
-
-def load_calibration(path: Path) -> tuple[TableEntry, ...]:
-    """The entries of the policy file at `path`; none when it does not exist.
-
-    A malformed file raises PolicyError naming the file, which stops startup.
-    """
-    path = Path(path)
-    if not path.is_file():
-        return ()
-    try:
-        return entries_from_json(path.read_text())
-    except PolicyError as error:
-        raise PolicyError(f"calibration file {path}: {error}") from error
-
-
-def write_calibration(path: Path, entries: Sequence[TableEntry]) -> None:
-    """Write atomically (temp file, then rename) so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as handle:
-        handle.write(entries_to_json(entries))
-    os.replace(tmp, path)
 
 
 def merge_entries(existing: Sequence[TableEntry], new: TableEntry) -> tuple[TableEntry, ...]:

@@ -7,7 +7,7 @@ streaming `/v1/completions` at temperature 0 with `ignore_eos`, so every arm
 emits the same number of tokens. One warm-up pass is discarded, then n passes
 over the fixed prompts are timed from request start to the last text chunk.
 The server's own counters (`usage.draftwise`) give rounds, drafts and accepted
-tokens. The record (server/bench_record.py) goes to docs/benchmark_results/.
+tokens. The record (server/tooling/bench_record.py) goes to docs/benchmark_results/.
 
 This module imports no MLX: the servers do the work, and a child process
 reports the host's MLX build, device and BLAS in the servers' environment.
@@ -37,8 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from policy import OVERRIDE_ENV_VARS
-from server.bench_record import Arm, Request, Run, build_record, render_markdown, write_record
 from server.blas import BLAS_ENV, BLAS_MODES, blas_kind, find_openblas, plan_reexec, preloaded
+from server.tooling.bench_record import (
+    Arm,
+    Request,
+    Run,
+    build_record,
+    render_markdown,
+    write_record,
+)
 
 HOST = "127.0.0.1"
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
@@ -695,7 +702,7 @@ def run_bench(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     try:
         if args.in_process:
-            from server.bench_inprocess import run_in_process, use_chosen_blas
+            from server.tooling.bench_inprocess import run_in_process, use_chosen_blas
 
             print_progress(f"blas: {use_chosen_blas(config)}")
             record = run_in_process(config, print_progress)

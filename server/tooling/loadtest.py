@@ -6,7 +6,7 @@ is reached. Every answer must be a completed stream or a 429; every completed
 text must equal what a single client got for the same prompt first. The run is
 written as a record (`.json` and `.md`) under docs/benchmark_results/.
 
-    python -m server.loadtest --url http://127.0.0.1:8080 --clients 8 --requests 64 \\
+    python -m server.tooling.loadtest --url http://127.0.0.1:8080 --clients 8 --requests 64 \\
         --duration-s 240 --max-tokens 32 --output docs/benchmark_results/load-myhost
 """
 
@@ -309,7 +309,7 @@ def markdown(r: LoadReport, when: str, command: str) -> str:
     same = f"{identity['identical']} of {identity['checked']}"
     return f"""# Load test: {m["host"]}
 
-Recorded {when} with `server/loadtest.py` (loopback, bounded). Verdict: **{verdict}**.
+Recorded {when} with `server/tooling/loadtest.py` (loopback, bounded). Verdict: **{verdict}**.
 
     {command}
 
@@ -348,7 +348,7 @@ Throughput: {r.tokens_per_second} generated tokens/s, {r.requests_per_second} co
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m server.loadtest", description=__doc__.splitlines()[0]
+        prog="python -m server.tooling.loadtest", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="a loopback server")
     parser.add_argument("--clients", type=int, default=8)
@@ -367,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.url, args.clients, args.requests, args.duration_s, args.max_tokens, args.api_key
         )
     )
-    command = "python -m server.loadtest " + " ".join(
+    command = "python -m server.tooling.loadtest " + " ".join(
         a for a in (argv if argv is not None else sys.argv[1:]) if a != args.api_key
     )
     print(json.dumps(asdict(report), indent=2))

@@ -17,7 +17,9 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from server.bench import (
+from server.blas import reexec_with_openblas_if_available
+from server.settings import default_cache_dir
+from server.tooling.bench import (
     BenchConfig,
     BenchError,
     Progress,
@@ -26,9 +28,7 @@ from server.bench import (
     load_average,
     sweep_setup,
 )
-from server.bench_record import Arm, Request, Run, build_record
-from server.blas import reexec_with_openblas_if_available
-from server.settings import default_cache_dir
+from server.tooling.bench_record import Arm, Request, Run, build_record
 
 IN_PROCESS_MODE = "in-process (drafter.benchmark.measure_widths, arms interleaved per repetition)"
 
