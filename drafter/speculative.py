@@ -70,11 +70,10 @@ class RoundTimer:
 
     def __init__(self) -> None:
         self.stages: dict[str, list[float]] = defaultdict(list)
-        self.rounds: list[float] = []
-        self._last = self._start = 0.0
+        self._last = 0.0
 
     def begin(self) -> None:
-        self._last = self._start = time.perf_counter()
+        self._last = time.perf_counter()
 
     def mark(self, stage: str, *arrays: Any) -> None:
         if arrays:
@@ -85,7 +84,6 @@ class RoundTimer:
 
     def end(self) -> None:
         self.mark("rest")
-        self.rounds.append(self._last - self._start)
 
 
 class Session:

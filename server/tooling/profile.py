@@ -116,6 +116,18 @@ def run_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def gaps(steps: Any) -> list[float]:
+    """Wall seconds between consecutive items of a generator: one per round (or
+    per classic step) after the prefill's first token."""
+    times, last = [], None
+    for _ in steps:
+        now = time.perf_counter()
+        if last is not None:
+            times.append(now - last)
+        last = now
+    return times
+
+
 def timed_rounds(engine: Any, prompt: list[int], tokens: int, width: int, timer=None):
     """(per-round wall times in s, stats) of one greedy speculative request."""
     from drafter.engine import GenerationStats
@@ -124,25 +136,14 @@ def timed_rounds(engine: Any, prompt: list[int], tokens: int, width: int, timer=
 
     stats = GenerationStats()
     session = Session(engine, SamplingParams(), stats, ignore_eos=True, width=width, timer=timer)
-    times, last = [], None
-    for _ in session.generate(prompt, tokens):
-        now = time.perf_counter()
-        if last is not None:
-            times.append(now - last)
-        last = now
-    return times, stats
+    return gaps(session.generate(prompt, tokens)), stats
 
 
 def classic_step_ms(engine: Any, prompt: list[int], tokens: int) -> float:
     from drafter.sampling import SamplingParams
 
-    times, last = [], None
-    for _ in engine.classic_generate(prompt, tokens, SamplingParams(), ignore_eos=True):
-        now = time.perf_counter()
-        if last is not None:
-            times.append(now - last)
-        last = now
-    return 1000 * statistics.median(times)
+    steps = engine.classic_generate(prompt, tokens, SamplingParams(), ignore_eos=True)
+    return 1000 * statistics.median(gaps(steps))
 
 
 def prompt_lengths(prompt: list[int], count: int) -> list[list[int]]:
