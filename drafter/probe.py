@@ -92,10 +92,6 @@ class ProbeResult:
     def max_margin(self) -> float | None:
         return max((d.margin for d in self.divergences), default=None)
 
-    @property
-    def summary(self) -> str:
-        return self.exactness
-
     def fields(self) -> dict[str, object]:
         """What the dflash.config line and /health carry."""
         margin = self.max_margin
