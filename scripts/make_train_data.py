@@ -24,7 +24,8 @@ import hashlib
 import random
 import site
 import sysconfig
-from collections.abc import Iterator
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,16 +139,35 @@ def topic_texts(root: Path) -> list[tuple[str, str]]:
     return []
 
 
-def docstrings(rel: str, text: str) -> Iterator[tuple[str, str]]:
+DOC_NODES = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+STATEMENT_FIELDS = ("body", "handlers", "orelse", "finalbody", "cases")
+
+
+def docstrings(rel: str, text: str) -> list[tuple[str, str]]:
+    """(rel, docstring) of every long module, class and function docstring, in the order
+    `ast.walk` visits them. Only statements are walked: docstrings live there, and a
+    site-packages tree has millions of expression nodes."""
     try:
-        tree = ast.parse(text)
+        queue = deque([ast.parse(text)])
     except (SyntaxError, ValueError):
-        return
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return []
+    found = []
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, DOC_NODES):
             doc = ast.get_docstring(node)
             if doc and len(doc) >= MIN_DOCSTRING_CHARS:
-                yield rel, doc
+                found.append((rel, doc))
+        for name in STATEMENT_FIELDS:
+            queue.extend(getattr(node, name, ()))
+    return found
+
+
+def all_docstrings(sources: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """docstrings() of every source, in order, parsed on every core."""
+    with ProcessPoolExecutor() as pool:
+        found = pool.map(docstrings, *zip(*sources, strict=True), chunksize=64)
+        return [d for docs in found for d in docs]
 
 
 def line_window(text: str, rng: random.Random, min_chars: int, max_chars: int) -> str:
@@ -229,10 +249,10 @@ def build_prompts(
     root = root or stdlib_root()
     rng = random.Random(seed)
     code = source_files(root)
-    prose = topic_texts(root) + [d for rel, text in code for d in docstrings(rel, text)]
+    prose = topic_texts(root) + all_docstrings(code)
     if site:
         site_code, site_prose = site_sources()
-        prose += site_prose + [d for rel, text in site_code for d in docstrings(rel, text)]
+        prose += site_prose + all_docstrings(site_code)
         code += site_code
     prompts = raw_prompts(code, "code", code_per_file, rng)
     prompts += raw_prompts(prose, "prose", prose_per_source, rng)

@@ -53,6 +53,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_train_data import SHORT_PROMPTS, Prompt, build_prompts, split  # noqa: E402
+from static_decode import StaticDecoder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from drafter.gguf_layout import llama_weights  # noqa: E402
@@ -134,51 +135,76 @@ class FeatureTap:
 # --- data -----------------------------------------------------------------------------
 
 
-def encode(prompt: Prompt, tokenizer, max_prompt_tokens: int) -> list[int]:
-    if prompt.chat:
-        messages = [{"role": "user", "content": prompt.text}]
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    else:
-        text = prompt.text
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[-max_prompt_tokens:]
+def encode(prompts: list[Prompt], tokenizer, max_prompt_tokens: int) -> list[list[int]]:
+    """Token ids of each prompt (chat ones in the chat template), the last
+    max_prompt_tokens kept; one batched tokenizer call."""
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p.text}], tokenize=False, add_generation_prompt=True
+        )
+        if p.chat
+        else p.text
+        for p in prompts
+    ]
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [ids[-max_prompt_tokens:] for ids in encoded]
 
 
-@torch.no_grad()
 def greedy_continuations(
-    model,
+    decoder: StaticDecoder,
     prompts: list[list[int]],
     new_tokens: int,
     batch: int,
     device: torch.device,
     deadline: float,
+    seed: int = 0,
 ) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, greedy continuation ids up to and incl. the first EOS), batched."""
+    """(prompt ids, greedy continuation ids up to and incl. the first EOS), batched.
+
+    Batches are runs of prompts of similar length (little padding), taken in a seeded
+    random order, so a deadline cuts across all lengths rather than dropping the long
+    prompts."""
     out = []
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    for start in range(0, len(order), batch):
+    chunks = [order[i : i + batch] for i in range(0, len(order), batch)]
+    random.Random(seed).shuffle(chunks)
+    for chunk_index in chunks:
         if time.perf_counter() > deadline:
             break
-        chunk = [prompts[i] for i in order[start : start + batch]]
+        chunk = [prompts[i] for i in chunk_index]
         width = max(len(p) for p in chunk)
         ids = torch.full((len(chunk), width), PAD_ID, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        pad = torch.ones((len(chunk), width), dtype=torch.bool)
         for row, p in enumerate(chunk):
             ids[row, width - len(p) :] = torch.tensor(p)
-            mask[row, width - len(p) :] = 1
-        gen = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=new_tokens,
-            min_new_tokens=1,
-            do_sample=False,
-            pad_token_id=PAD_ID,
-            eos_token_id=list(EOS_IDS),
-        )[:, width:].tolist()
+            pad[row, width - len(p) :] = False
+        gen = decoder.generate(ids.to(device), pad.to(device), new_tokens, EOS_IDS).tolist()
         for p, g in zip(chunk, gen, strict=True):
             cut = next((i + 1 for i, t in enumerate(g) if t in EOS_IDS), len(g))
             out.append((p, g[:cut]))
     return out
+
+
+@torch.no_grad()
+def static_decode_check(model, decoder: StaticDecoder, prompts: list[list[int]], device) -> dict:
+    """How many of a few prompts the static decoder continues exactly as
+    `transformers.generate` does (32 greedy tokens), as a logged sanity check."""
+    same = 0
+    for p in prompts:
+        ids = torch.tensor([p], device=device)
+        ours = decoder.generate(ids, torch.zeros_like(ids, dtype=torch.bool), 32, EOS_IDS)
+        ref = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=32,
+            do_sample=False,
+            pad_token_id=PAD_ID,
+            eos_token_id=list(EOS_IDS),
+        )[0, len(p) :].tolist()
+        ours = ours[0].tolist()[: len(ref)]
+        cut = next((i + 1 for i, t in enumerate(ref) if t in EOS_IDS), len(ref))
+        same += ours[:cut] == ref[:cut]
+    return {"event": "static_decode_check", "prompts": len(prompts), "identical": same}
 
 
 KINDS = ("code", "prose", "chat")
@@ -689,6 +715,8 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     """(train, held-out, short) sequences: loaded from <out>/data.npz, else generated
     (target-greedy continuations, batched and length-bucketed) and saved there."""
     path = args.out / "data.npz"
+    decoder = StaticDecoder(target, json.loads((args.target_dir / "config.json").read_text()))
+    began = time.perf_counter()
     prompts = build_prompts(args.seed, site=args.site)
     train_prompts, held_prompts = split(prompts)
     if args.max_prompts:
@@ -697,13 +725,19 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
         p for k in KINDS for p in [q for q in held_prompts if q.kind == k][: args.eval_per_kind]
     ]
     short = [Prompt(text, kind, "short", chat=kind == "chat") for kind, text in SHORT_PROMPTS]
-    log({"event": "prompts", "train": len(train_prompts), "held_out": len(held)}, records)
+    seconds = round(time.perf_counter() - began, 1)
+    log(
+        {"event": "prompts", "train": len(train_prompts), "held_out": len(held), "s": seconds},
+        records,
+    )
+    check = encode([p for p in held if p.kind != "chat"][:4] + short[-4:], tokenizer, 320)
+    log(static_decode_check(target, decoder, check, device), records)
 
     def generate(items: list[Prompt], deadline: float) -> tuple[list, list[str]]:
-        encoded = [encode(p, tokenizer, args.max_prompt_tokens) for p in items]
+        encoded = encode(items, tokenizer, args.max_prompt_tokens)
         began = time.perf_counter()
         pairs = greedy_continuations(
-            target, encoded, args.new_tokens, args.gen_batch, device, deadline
+            decoder, encoded, args.new_tokens, args.gen_batch, device, deadline, args.seed
         )
         new = sum(len(g) for _, g in pairs)
         seconds = time.perf_counter() - began

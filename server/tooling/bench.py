@@ -57,6 +57,8 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
     '    """Yield every file path under root whose name matches the regex pattern."""\n',
     "The history of the printing press begins in the fifteenth century, when",
 )
+# Held-out and short everyday prompts, the set the drafter's records are measured on.
+EVAL_PROMPTS = Path(__file__).with_name("eval_prompts.json")
 SERVER_MODE = "server (one draftwise serve process per arm, one arm after another)"
 SERVER_INTERLEAVED_MODE = (
     "server, interleaved (one draftwise serve process per arm, all up at once; "
@@ -629,6 +631,18 @@ def git_commit() -> str | None:
 # ---- CLI -------------------------------------------------------------------------------
 
 
+def _prompts_file(value: str) -> tuple[str, ...]:
+    try:
+        prompts = json.loads(Path(value).read_text())["prompts"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise argparse.ArgumentTypeError(f"--prompts-file {value}: {exc}") from exc
+    if not prompts or not all(isinstance(p, str) and p for p in prompts):
+        raise argparse.ArgumentTypeError(
+            f"--prompts-file {value}: 'prompts' must be a non-empty list of non-empty strings"
+        )
+    return tuple(prompts)
+
+
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments `draftwise bench` and `draftwise calibrate` share."""
     parser.add_argument("--model", default=None, help="target dir (default: the default pair)")
@@ -637,6 +651,13 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--widths", type=_widths, default=DEFAULT_WIDTHS, metavar="2,3,4")
     parser.add_argument("--prompt", action="append", default=None, help="repeatable")
+    parser.add_argument(
+        "--prompts-file",
+        type=_prompts_file,
+        default=None,
+        metavar="JSON",
+        help=f'prompts from a JSON file ({{"prompts": [...]}}), e.g. {EVAL_PROMPTS}',
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="token budget per request")
     parser.add_argument("-n", type=int, default=3, help="timed passes per arm")
     parser.add_argument("--warmup", type=int, default=1, help="discarded passes per arm")
@@ -674,7 +695,7 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(
         widths=tuple(args.widths),
-        prompts=tuple(args.prompt) if args.prompt else DEFAULT_PROMPTS,
+        prompts=tuple(args.prompt or ()) + tuple(args.prompts_file or ()) or DEFAULT_PROMPTS,
         max_tokens=args.max_tokens,
         n=args.n,
         warmup=args.warmup,
