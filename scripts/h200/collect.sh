@@ -4,7 +4,7 @@
 # then profile both depths against the bf16 target in MLX (stable keys, warm-up on).
 . scripts/h200/setup.sh
 D=/root/keep/train
-for _ in $(seq 1 80); do grep -q '"done"\|Traceback' $D/stdout.txt 2>/dev/null && break; sleep 5; done
+while [ $SECONDS -lt 330 ]; do grep -q '"done"\|Traceback' $D/stdout.txt 2>/dev/null && break; sleep 5; done
 tar -C $D -czf $OUT/meta.tgz train_log.json stdout.txt drafter-L3/config.json drafter-L5/config.json \
   drafter-L3/draft_vocab.json drafter-L5/draft_vocab.json
 for d in drafter-L3 drafter-L5; do mkdir -p $OUT/$d && cp $D/$d/*.safetensors $OUT/$d/; done

@@ -13,7 +13,7 @@ setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --out /root/keep/train --site --layers 3 5 --gen-batch 2048 --data-seconds ${DATA_S:-210} \
   --budget-seconds ${BUDGET_S:-780} --eval-seconds 70 --batch 64 --split-mib 15 \
   > /root/keep/train/stdout.txt 2>&1 < /dev/null &
-for _ in $(seq 1 ${WAIT_TICKS:-108}); do
+while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "trained"\|Traceback' /root/keep/train/stdout.txt && break
 done
 grep -v Warning /root/keep/train/stdout.txt | cut -c1-400 | tail -40
