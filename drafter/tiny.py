@@ -59,7 +59,35 @@ QWEN3_5: dict[str, Any] = {
 ARCHITECTURES = {"qwen3": QWEN3, "qwen3_5": QWEN3_5}
 
 
-def byte_level_tokenizer_files() -> dict[str, Any]:
+# ChatML with Hermes-style tools, as Qwen3's template writes them (shortened).
+CHAT_TEMPLATE = """\
+{%- if tools %}<|im_start|>system
+You may call these functions:
+{%- for tool in tools %}
+{{ tool | tojson }}
+{%- endfor %}
+Call one as <tool_call>{"name": ..., "arguments": ...}</tool_call>.<|im_end|>
+{% endif %}
+{%- for message in messages %}
+{%- if message.role == "tool" %}<|im_start|>user
+<tool_response>
+{{ message.content }}
+</tool_response><|im_end|>
+{% elif message.role == "assistant" and message.tool_calls %}<|im_start|>assistant
+{{ message.content }}
+{%- for call in message.tool_calls %}<tool_call>
+{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}
+</tool_call>
+{%- endfor %}<|im_end|>
+{% else %}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+def byte_level_tokenizer_files(chat_template: str | None = CHAT_TEMPLATE) -> dict[str, Any]:
     """tokenizer.json / tokenizer_config.json for a byte-level BPE without merges."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
@@ -77,6 +105,8 @@ def byte_level_tokenizer_files() -> dict[str, Any]:
         "pad_token": EOS,
         "model_max_length": 2048,
     }
+    if chat_template is not None:
+        config["chat_template"] = chat_template
     return {"tokenizer.json": json.loads(tokenizer.to_str()), "tokenizer_config.json": config}
 
 
@@ -89,16 +119,21 @@ def build_model(config: dict[str, Any], seed: int) -> Any:
 
 
 def write_tiny_model(
-    path: Path, arch: str = "qwen3", seed: int = 0, overrides: dict[str, Any] | None = None
+    path: Path,
+    arch: str = "qwen3",
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+    chat_template: str | None = CHAT_TEMPLATE,
 ) -> Path:
-    """Write a tiny random `arch` model with its tokenizer to `path` (atomically)."""
+    """Write a tiny random `arch` model with its tokenizer (and, unless None, a chat
+    template) to `path` (atomically)."""
     config = {**ARCHITECTURES[arch], **(overrides or {}), "eos_token_id": VOCAB - 1}
     model = build_model(config, seed)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
     mx.save_safetensors(str(staging / "model.safetensors"), dict(tree_flatten(model.parameters())))
-    files = {"config.json": config, **byte_level_tokenizer_files()}
+    files = {"config.json": config, **byte_level_tokenizer_files(chat_template)}
     for name, content in files.items():
         (staging / name).write_text(json.dumps(content, indent=2))
     if path.exists():

@@ -14,6 +14,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = structlog.get_logger("draftwise.server")
+SERVED = (
+    "POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
+    "GET|PATCH /v1/settings, POST /tokenize, POST /detokenize, GET /tokenizer_info, "
+    "GET /health, GET /metrics"
+)
 
 
 class APIError(Exception):
@@ -89,10 +94,13 @@ def install_error_handlers(app: FastAPI) -> None:
         return validation_error(list(error.errors())).response()
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
         kind = "invalid_request_error" if error.status_code < 500 else "server_error"
         code = "not_found" if error.status_code == 404 else None
-        return APIError(error.status_code, str(error.detail), type=kind, code=code).response()
+        message = str(error.detail)
+        if error.status_code == 404:
+            message = f"No endpoint {request.url.path}; this server serves {SERVED}"
+        return APIError(error.status_code, message, type=kind, code=code).response()
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> JSONResponse:

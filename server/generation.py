@@ -40,6 +40,7 @@ class Chunk:
     index: int
     text: str
     logprobs: dict[str, list[Any]] | None
+    eos: bool = False  # the end-of-sequence token's logprob only (its text is never shown)
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,12 @@ def run_choice(
             emit(Chunk(choice.index, piece.text, logprobs))
 
     rounds = engine.generate(prompt, plan.max_tokens, choice.params, stats, plan.ignore_eos)
+    eos_token: Token | None = None
     for round_tokens in rounds:
         for token in round_tokens:
             generated += 1
             if token.id in eos:
-                finish_reason = "stop"
+                finish_reason, eos_token = "stop", token
                 break
             send(stream.push(token))
             if stream.stopped:
@@ -142,6 +144,11 @@ def run_choice(
         if (reason := should_stop()) is not None:
             raise Stopped(reason)
     send(stream.finish())
+    if eos_token is not None and plan.logprobs is not None:
+        # Scoring clients (lm-eval) read the last entry as the generated token: it is
+        # in the logprobs, though its text is not in `text`.
+        end = Placed(eos_token, len(stream.text), len(stream.text))
+        emit(Chunk(choice.index, "", names.legacy([end], offset), eos=True))
     return Finished(choice.index, finish_reason, generated)
 
 

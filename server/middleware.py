@@ -16,11 +16,17 @@ from server.metrics import Metrics
 log = structlog.get_logger("draftwise.http")
 ROUTES = {
     "/v1/completions",
+    "/v1/chat/completions",
     "/v1/models",
     "/v1/settings",
+    "/tokenize",
+    "/detokenize",
+    "/tokenizer_info",
     "/health",
     "/metrics",
 }
+# Probes poll these every few seconds: their lines go out at debug level.
+PROBES = {"/health", "/metrics"}
 
 
 class RequestLog:
@@ -58,7 +64,7 @@ class RequestLog:
             status=status,
             latency_ms=round(seconds * 1000, 1),
         )
-        log.info("request", **extra)
+        (log.debug if path in PROBES else log.info)("request", **extra)
 
 
 class BodyLimit:

@@ -17,7 +17,7 @@ from tests.drafter.published import published_weight_names
 
 GREEDY = SamplingParams()
 DRAFTER_DIR = Path(__file__).resolve().parents[2] / "drafter" / "default_pair"
-LAYERS = 3
+LAYERS = 5
 # Written for this test, so it is in no training data (which is drawn from the stdlib).
 HELD_OUT_PROMPT = (
     "def moving_average(values, window):\n"
@@ -53,13 +53,13 @@ def test_shipped_config_is_the_published_dflash_format():
     assert config["dflash_config"] == {"mask_token_id": 16, "target_layer_ids": [1, 8, 14, 20, 27]}
 
 
-def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_25_mb():
+def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_50_mb():
     path = DRAFTER_DIR / "model.safetensors"
     weights = mx.load(str(path))
     assert set(weights) == published_weight_names(LAYERS)
     assert {w.dtype for w in weights.values()} == {mx.bfloat16}
     assert weights["fc.weight"].shape == (576, 5 * 576)
-    assert path.stat().st_size < 25_000_000
+    assert path.stat().st_size <= 50_000_000
 
 
 def test_shipped_drafter_loads_against_the_converted_target(target):

@@ -23,7 +23,6 @@ def error_of(response: httpx.Response, status: int) -> dict[str, Any]:
 
 MISSING = object()
 BAD_BODIES = [
-    ({"model": MISSING}, "model"),
     ({"prompt": MISSING}, "prompt"),
     ({"prompt": 5}, "prompt"),
     ({"prompt": []}, "prompt"),
@@ -118,8 +117,17 @@ def test_the_sdk_raises_bad_request_with_the_param(client: openai.OpenAI, model_
     assert raised.value.body["param"] == "temperature"
 
 
-def test_unknown_routes_use_the_envelope(http: httpx.Client):
-    assert error_of(http.get("/v1/nothing"), 404)["code"] == "not_found"
+def test_unknown_routes_use_the_envelope_and_name_the_served_endpoints(http: httpx.Client):
+    error = error_of(http.get("/v1/nothing"), 404)
+    assert error["code"] == "not_found"
+    assert "/v1/nothing" in error["message"]
+    assert "/v1/chat/completions" in error["message"] and "/tokenize" in error["message"]
+
+
+def test_a_request_without_model_is_served_by_the_loaded_model(http: httpx.Client, model_id: str):
+    response = http.post("/v1/completions", json={"prompt": "a", "max_tokens": 2})
+    assert response.status_code == 200, response.text
+    assert response.json()["model"] == model_id
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,161 @@
+"""What every generating route shares: submit a job to the worker, then read its events.
+
+`job_events` is the one consumer of a job's events. It watches for the client going
+away, turns a worker failure into an `APIError`, and yields `Chunk`, `Finished` and
+finally `Done`. Each route only renders them: as one JSON body or as server-sent events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import structlog
+from fastapi import Request
+
+from server.errors import APIError, unavailable
+from server.generation import Chunk, Finished, Usage
+from server.state import ServerState
+from server.worker import Done, Event, Failed, Job, NotReady, QueueFull
+
+log = structlog.get_logger("draftwise.http")
+
+# How long past its deadline a handler waits for the worker to report the timeout itself.
+DEADLINE_GRACE_S = 5.0
+RETRY_AFTER_S = "1"
+DONE_LINE = "data: [DONE]\n\n"
+
+
+def shutting_down() -> APIError:
+    return APIError(
+        503,
+        "The server is shutting down; retry on another replica",
+        type="server_error",
+        code="shutting_down",
+        headers={"Retry-After": RETRY_AFTER_S},
+    )
+
+
+def check_accepting(state: ServerState) -> None:
+    if state.draining:
+        state.metrics.rejections.labels(reason="draining").inc()
+        raise shutting_down()
+
+
+def submit(state: ServerState, job: Job) -> None:
+    try:
+        state.worker.submit(job)
+    except QueueFull:
+        raise APIError(
+            429,
+            "The server is at capacity (request queue full); retry shortly",
+            type="rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": RETRY_AFTER_S},
+        ) from None
+    except NotReady as not_ready:
+        raise unavailable(f"The model worker is {not_ready}", "worker_unavailable") from None
+
+
+def request_record(request: Request) -> dict[str, Any]:
+    """The per-request fields the request log line carries (see server.middleware)."""
+    return request.scope.setdefault("state", {}).setdefault("draftwise", {})
+
+
+async def next_event(job: Job) -> Event:
+    """The job's next event; a worker stuck past the deadline counts as a timeout."""
+    remaining = job.deadline - time.monotonic() + DEADLINE_GRACE_S
+    try:
+        return await asyncio.wait_for(job.events.get(), timeout=max(remaining, 0.0))
+    except TimeoutError:
+        job.cancel()
+        return Failed("timeout", "generation timeout")
+
+
+async def watch_disconnect(request: Request, job: Job, record: dict[str, Any]) -> None:
+    """Cancel the job when the client goes away (the body was already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            job.cancel()
+            record["outcome"] = "client_disconnected"
+            log.info("request.client_disconnected", request_id=job.id)
+            return
+
+
+def failure(event: Failed) -> APIError:
+    if event.reason == "timeout":
+        return APIError(
+            504,
+            "The request timed out (request_timeout_s); partial output was discarded",
+            type="timeout_error",
+            code="request_timeout",
+        )
+    if event.reason == "cancelled":
+        return APIError(499, "The request was cancelled", type="cancelled", code="cancelled")
+    if event.reason == "shutdown":
+        return APIError(
+            503,
+            "The server shut down before the request finished (shutdown_grace_s)",
+            type="server_error",
+            code="shutting_down",
+        )
+    return APIError(500, f"Generation failed: {event.message}", type="server_error")
+
+
+async def job_events(
+    job: Job, request: Request, record: dict[str, Any]
+) -> AsyncIterator[Chunk | Finished | Done]:
+    """The job's events up to and including `Done`; a failure raises its APIError."""
+    watcher = asyncio.create_task(watch_disconnect(request, job, record))
+    try:
+        while True:
+            event = await next_event(job)
+            if isinstance(event, Failed):
+                record["outcome"] = event.reason
+                raise failure(event)
+            if isinstance(event, Done):
+                record["completion_tokens"] = event.usage.completion_tokens
+            yield event
+            if isinstance(event, Done):
+                return
+    finally:
+        watcher.cancel()
+        job.cancel()  # no-op when finished; frees the worker when the client went away
+        if job.started_at is not None:
+            record["queue_wait_ms"] = round((job.started_at - job.admitted_at) * 1000, 1)
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
+    stats = usage.stats
+    if stats.rounds > 0:  # served speculatively
+        body["draftwise"] = {
+            "block_size": stats.block_size,
+            "rounds": stats.rounds,
+            "drafted": stats.drafted,
+            "accepted": stats.accepted,
+        }
+    return body
+
+
+def sse(payload: dict[str, Any]) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
+
+
+async def sse_stream(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[str]:
+    """Payloads as server-sent events, then [DONE]; a failure mid-stream is sent as an
+    error event (the status line has already gone out)."""
+    try:
+        async for payload in events:
+            yield sse(payload)
+    except APIError as error:
+        yield sse(error.body())
+    yield DONE_LINE
