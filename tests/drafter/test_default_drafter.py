@@ -13,6 +13,8 @@ from drafter.dflash import load_drafter
 from drafter.engine import Engine, GenerationStats
 from drafter.sampling import SamplingParams
 from drafter.smollm2 import ensure_smollm2
+from server.chat import render
+from server.schemas import ChatCompletionRequest, ChatMessage
 from tests.drafter.published import published_weight_names
 
 GREEDY = SamplingParams()
@@ -83,3 +85,19 @@ def test_greedy_speculative_equals_classic_and_really_accepts_drafts(target, cla
     assert speculative == reference
     # A trained drafter emits well over one token per round on code it never saw.
     assert stats.acceptance_length > 2.0
+
+
+def test_the_chat_question_about_france_is_answered_paris_speculatively_as_classic(target, classic):
+    model, tokenizer = target
+    question = {"role": "user", "content": "What is the capital of France?"}
+    prompt, _ = render(ChatCompletionRequest(messages=[ChatMessage(**question)]), tokenizer)
+    engine = Engine(
+        model, tokenizer, model_id="smollm2", context_length=8192,
+        drafter=load_drafter(DRAFTER_DIR, model), block_size=4,
+    )  # fmt: skip
+    stats = GenerationStats()
+    speculative = [t.id for step in engine.generate(prompt, 48, GREEDY, stats) for t in step]
+    reference = [t.id for step in classic.generate(prompt, 48, GREEDY) for t in step]
+    assert speculative == reference
+    assert stats.rounds > 0
+    assert "Paris" in tokenizer.decode(speculative)
