@@ -16,6 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from drafter.attention import make_cache, stable_by_default
+from drafter.prompt_cache import PromptCache
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -37,9 +38,11 @@ class Token:
 
 @dataclass
 class GenerationStats:
-    """Per-request speculative counters (all zero for classic decode)."""
+    """Per-request counters: speculative ones (all zero for classic decode) and the
+    prompt tokens the prompt cache served."""
 
     block_size: int | None = None
+    cached_tokens: int = 0
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
@@ -113,9 +116,26 @@ class Engine:
         self.stable_attention = (
             stable_by_default() if stable_attention is None else stable_attention
         )
+        self.prompt_cache: PromptCache | None = None  # set by the loader once probed
 
     def make_cache(self) -> list[Any]:
         return make_cache(self.model, self.stable_attention)
+
+    def start_cache(
+        self, prompt: list[int], stats: GenerationStats, features: bool = False
+    ) -> tuple[list[Any], int, mx.array | None]:
+        """The cache to prefill `prompt` into, from the prompt cache's longest usable
+        prefix when there is one: (cache, prompt tokens already in it, their features)."""
+        restored = None if self.prompt_cache is None else self.prompt_cache.fetch(prompt, features)
+        if restored is None:
+            return self.make_cache(), 0, None
+        stats.cached_tokens = restored.tokens
+        return restored.cache, restored.tokens, restored.features
+
+    def remember(self, prompt: list[int], cache: list[Any], features: mx.array | None) -> None:
+        """Offer the state after prefilling `prompt` to the prompt cache."""
+        if self.prompt_cache is not None:
+            self.prompt_cache.insert(prompt, cache, features)
 
     @property
     def eos_ids(self) -> set[int]:
@@ -141,16 +161,21 @@ class Engine:
 
             yield from speculative_generate(self, prompt, max_tokens, params, stats, ignore_eos)
         else:
-            yield from self.classic_generate(prompt, max_tokens, params, ignore_eos)
+            yield from self.classic_generate(prompt, max_tokens, params, ignore_eos, stats)
 
     def classic_generate(
-        self, prompt: list[int], max_tokens: int, params: SamplingParams, ignore_eos: bool = False
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        params: SamplingParams,
+        ignore_eos: bool = False,
+        stats: GenerationStats | None = None,
     ) -> Iterator[list[Token]]:
         """Plain autoregressive decode, pipelined like mlx-lm's generate_step:
         the next step's graph is queued before the current token is read back."""
         if max_tokens <= 0:
             return
-        cache = self.make_cache()
+        cache, start, _ = self.start_cache(prompt, stats or GenerationStats())
         chooser = TokenChooser(params)
         vocab = self.vocab_size
         eos = set() if ignore_eos else self.eos_ids
@@ -160,7 +185,9 @@ class Engine:
             logprobs = token_logprobs(logits, counts, params)
             return chooser.choose(logprobs), logprobs
 
-        y, logprobs = step(prefill(self.model, prompt, cache))
+        logits = prefill(self.model, prompt[start:], cache)
+        self.remember(prompt, cache, None)
+        y, logprobs = step(logits)
         mx.async_eval(y, logprobs)
         for n in range(max_tokens):
             if n + 1 < max_tokens:

@@ -9,6 +9,7 @@ environment: the caller passes the variables it wants the policy to see.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ from mlx_lm import load as mlx_lm_load
 from drafter.device import probe_device, quantization_of
 from drafter.engine import Engine
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
+from drafter.prompt_cache import PromptCache
 from drafter.warmup import warm_up
 from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
@@ -55,6 +57,7 @@ class LoadOptions:
     exactness: str = "rounding"  # strict (alias require) | rounding | warn | off
     dtype: str = "auto"
     warm_up: bool = True
+    prompt_cache_bytes: int | None = None  # None: a share of the machine's memory; 0: off
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Loaded:
         """The fields of the `dflash.config` log line, /health and /v1/settings."""
         capability = self.device.compute_capability
         capability_text = None if capability is None else f"{capability[0]}.{capability[1]}"
+        cache = self.engine.prompt_cache
         return {
             "block_size": self.resolution.width,
             "source": self.resolution.source,
@@ -97,7 +101,24 @@ class Loaded:
             "stable_attention": self.engine.stable_attention,
             **(self.probe.fields() if self.probe else {"exactness": self.exactness}),
             "warm_up_s": self.warm_up_s,
+            "prompt_cache_bytes": 0 if cache is None else cache.max_bytes,
         }
+
+
+def default_prompt_cache_bytes() -> int:
+    """A sixteenth of the memory the model lives in (the GPU's, else the host's), at
+    most 4 GiB."""
+    info = mx.device_info()
+    memory = int(info.get("memory_size") or 0)
+    if not memory:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min(memory // 16, 4 * 2**30)
+
+
+def attach_prompt_cache(engine: Engine, max_bytes: int | None) -> None:
+    """The prompt cache goes on after the probe and warm-up, so it starts empty."""
+    size = default_prompt_cache_bytes() if max_bytes is None else max_bytes
+    engine.prompt_cache = PromptCache(size) if size > 0 else None
 
 
 def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> DefaultPair:
@@ -143,6 +164,7 @@ def load_engine(options: LoadOptions) -> Loaded:
     )
     if drafter is None or resolution.width is None:
         exactness = "off" if options.exactness == "off" else "n/a"
+        attach_prompt_cache(classic, options.prompt_cache_bytes)
         return Loaded(
             classic, target_path, drafter_path, device, quantization, resolution, exactness
         )
@@ -161,6 +183,7 @@ def load_engine(options: LoadOptions) -> Loaded:
     # CPU kernels need no compilation and attention builds no graphs there: nothing to warm.
     warm = options.warm_up and device.backend != "cpu"
     warmed = warm_up(engine) if warm else None
+    attach_prompt_cache(engine, options.prompt_cache_bytes)
     return Loaded(
         engine,
         target_path,

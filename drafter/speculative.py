@@ -98,6 +98,7 @@ class Session:
         width: int | None = None,
         timer: RoundTimer | None = None,
     ):
+        self.engine = engine
         self.model: nn.Module = engine.model
         self.drafter: Any = engine.drafter
         self.width: int = engine.block_size if width is None else width
@@ -123,10 +124,11 @@ class Session:
             self.timer.mark(stage, *arrays)
 
     def prefill(self, prompt: list[int]) -> tuple[mx.array, mx.array]:
-        """Feed the prompt as classic decode does; return its last logits row and the
-        tapped features of every prompt row."""
-        tokens = mx.array(prompt)
-        features = []
+        """Feed the prompt as classic decode does (after what the prompt cache holds of
+        it); return its last logits row and the tapped features of every prompt row."""
+        self.cache, start, cached = self.engine.start_cache(prompt, self.stats, features=True)
+        tokens = mx.array(prompt[start:])
+        features = [] if cached is None else [cached]
         while tokens.size > PREFILL_STEP:
             self.model(tokens[:PREFILL_STEP][None], cache=self.cache)
             features.append(self.capture.features())
@@ -134,7 +136,9 @@ class Session:
             tokens = tokens[PREFILL_STEP:]
         logits = self.model(tokens[None], cache=self.cache)[0, -1]
         features.append(self.capture.features())
-        return logits, mx.concatenate(features, axis=1)
+        everything = mx.concatenate(features, axis=1)
+        self.engine.remember(prompt, self.cache, everything)
+        return logits, everything
 
     def generate(self, prompt: list[int], max_tokens: int) -> Iterator[list[Token]]:
         if max_tokens <= 0:

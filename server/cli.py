@@ -53,6 +53,8 @@ SERVE_FLAGS: dict[str, str] = {
     "shutdown_grace_s": "on SIGTERM, how long in-flight requests may take to finish",
     "max_body_bytes": "largest request body accepted; beyond it, 413",
     "cors_allow_origins": "comma-separated origins allowed by CORS, or '*'; empty: CORS off",
+    "prompt_cache_bytes": "bytes of prompt state kept for reuse across requests; 0: off; "
+    "default: a sixteenth of memory, at most 4 GiB",
 }
 
 

@@ -59,6 +59,7 @@ class Usage:
     def add_stats(self, stats: GenerationStats) -> None:
         total = self.stats
         total.block_size = stats.block_size or total.block_size
+        total.cached_tokens += stats.cached_tokens
         total.rounds += stats.rounds
         total.drafted += stats.drafted
         total.accepted += stats.accepted

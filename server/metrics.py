@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from drafter.engine import GenerationStats
+from drafter.prompt_cache import PromptCache
 
 
 class Metrics:
@@ -53,6 +54,32 @@ class Metrics:
             "draftwise_draft_block_size", "Resolved draft block width (0 = classic)", registry=r
         )
         self.worker_ready = Gauge("draftwise_worker_ready", "1 when serving", registry=r)
+        self.prompt_cache_hits = Counter(
+            "draftwise_prompt_cache_hits", "Prefills that started from a cached prefix", registry=r
+        )
+        self.prompt_cache_misses = Counter(
+            "draftwise_prompt_cache_misses", "Prefills with no usable cached prefix", registry=r
+        )
+        self.prompt_cache_tokens = Counter(
+            "draftwise_prompt_cache_cached_tokens",
+            "Prompt tokens served from the cache",
+            registry=r,
+        )
+        self.prompt_cache_bytes = Gauge(
+            "draftwise_prompt_cache_bytes", "Bytes held by the prompt cache", registry=r
+        )
+        self.prompt_cache_seen = (0, 0, 0)  # the cache's (hits, misses, tokens) last recorded
+
+    def record_prompt_cache(self, cache: PromptCache | None) -> None:
+        """Bring the counters up to the cache's own totals (the worker calls this)."""
+        if cache is None:
+            return
+        totals = (cache.hits, cache.misses, cache.cached_tokens)
+        counters = (self.prompt_cache_hits, self.prompt_cache_misses, self.prompt_cache_tokens)
+        for counter, total, seen in zip(counters, totals, self.prompt_cache_seen, strict=True):
+            counter.inc(total - seen)
+        self.prompt_cache_seen = totals
+        self.prompt_cache_bytes.set(cache.nbytes)
 
     def record_generation(
         self, prompt_tokens: int, completion_tokens: int, stats: GenerationStats

@@ -40,6 +40,7 @@ def load_options(
         calibration=calibration,
         exactness=settings.exactness,
         dtype=settings.dtype,
+        prompt_cache_bytes=settings.prompt_cache_bytes,
     )
 
 

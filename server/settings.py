@@ -119,6 +119,8 @@ class ServeSettings(BaseSettings):
         DEFAULT_MAX_BODY_BYTES, ge=1024, validation_alias=_env("max_body_bytes")
     )
     cors_allow_origins: str = Field("", validation_alias=_env("cors_allow_origins"))
+    # None: a sixteenth of the machine's memory, at most 4 GiB; 0: no prompt cache
+    prompt_cache_bytes: int | None = Field(None, ge=0, validation_alias=_env("prompt_cache_bytes"))
 
     @field_validator("log_level", "exactness", "dtype", mode="before")
     @classmethod

@@ -211,4 +211,5 @@ class ModelWorker:
             return
         stats = usage.stats
         self.metrics.record_generation(usage.prompt_tokens, usage.completion_tokens, stats)
+        self.metrics.record_prompt_cache(self.loaded.engine.prompt_cache)
         job.emit(Done(usage))

@@ -109,8 +109,19 @@ def failure(event: Failed) -> APIError:
 async def job_events(
     job: Job, request: Request, record: dict[str, Any]
 ) -> AsyncIterator[Chunk | Finished | Done]:
-    """The job's events up to and including `Done`; a failure raises its APIError."""
+    """The job's events up to and including `Done`; a failure raises its APIError.
+
+    The disconnect watcher stops before `Done` is handed over: a consumer returns on
+    `Done` without resuming this generator, and the client leaving after its answer
+    is no disconnect."""
     watcher = asyncio.create_task(watch_disconnect(request, job, record))
+
+    def finish() -> None:
+        watcher.cancel()
+        job.cancel()  # no-op when finished; frees the worker when the client went away
+        if job.started_at is not None:
+            record["queue_wait_ms"] = round((job.started_at - job.admitted_at) * 1000, 1)
+
     try:
         while True:
             event = await next_event(job)
@@ -119,14 +130,12 @@ async def job_events(
                 raise failure(event)
             if isinstance(event, Done):
                 record["completion_tokens"] = event.usage.completion_tokens
-            yield event
-            if isinstance(event, Done):
+                finish()
+                yield event
                 return
+            yield event
     finally:
-        watcher.cancel()
-        job.cancel()  # no-op when finished; frees the worker when the client went away
-        if job.started_at is not None:
-            record["queue_wait_ms"] = round((job.started_at - job.admitted_at) * 1000, 1)
+        finish()
 
 
 def usage_body(usage: Usage) -> dict[str, Any]:
@@ -134,6 +143,7 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.stats.cached_tokens},
     }
     stats = usage.stats
     if stats.rounds > 0:  # served speculatively

@@ -24,7 +24,7 @@ from server.state import ServerState
 log = structlog.get_logger("draftwise.settings")
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
-WORKER_OWNED = ("model", "draft_model", "draft_kind", "draft_block_size")
+WORKER_OWNED = ("model", "draft_model", "draft_kind", "draft_block_size", "prompt_cache_bytes")
 STARTUP_ONLY = (
     "policy_file",
     "exactness",
@@ -54,6 +54,7 @@ TYPES: dict[str, str] = {
     "shutdown_grace_s": "number",
     "max_body_bytes": "integer",
     "cors_allow_origins": "string",
+    "prompt_cache_bytes": "integer",
     "default_max_tokens": "integer",
     "default_temperature": "number",
     "default_top_p": "number",
@@ -79,11 +80,13 @@ def read_only_values(state: ServerState) -> dict[str, Any]:
         values["model"] = settings.model
         values["draft_model"] = settings.draft_model
         values["draft_block_size"] = None
+        values["prompt_cache_bytes"] = settings.prompt_cache_bytes
     else:
         config = loaded.speculative_config()
         values["model"] = str(loaded.target_path)
         values["draft_model"] = config["drafter"]
         values["draft_block_size"] = config["block_size"]
+        values["prompt_cache_bytes"] = config["prompt_cache_bytes"]
     return values
 
 

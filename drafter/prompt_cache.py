@@ -1,0 +1,115 @@
+"""The prompt cache: the target's state after a prompt, reused by later requests.
+
+In a chat every turn resends the whole conversation. After each prefill the engine
+stores a copy of the target's caches (and, when speculating, the tapped features of
+every prompt row, which the drafter's first round reads as context) under the prompt's
+tokens. A later prompt that shares a prefix with an entry starts from a copy of it,
+trimmed to the shared prefix where the cache type allows (KVCache does; a Gated
+DeltaNet state or a rotating window cannot be trimmed, so those entries serve only
+prompts they are a whole prefix of), and prefills only the rest.
+
+Entries are copied in and out (`copy.deepcopy`, as mlx-lm's own LRUPromptCache does),
+so decoding never touches a stored state, and an entry is stored only once its prefill
+has finished: nothing half-written is ever looked up. Least recently used entries are
+evicted to stay within the byte budget.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+
+@dataclass
+class Entry:
+    tokens: tuple[int, ...]
+    cache: list[Any]  # the target's caches after prefilling `tokens`; never mutated
+    features: mx.array | None  # (1, len(tokens), taps * hidden) when speculating
+    nbytes: int
+
+
+@dataclass
+class Restored:
+    """A copy of an entry's state, trimmed to the `tokens` prompt tokens it covers."""
+
+    cache: list[Any]
+    features: mx.array | None
+    tokens: int
+
+
+def common_prefix(a: tuple[int, ...], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def state_bytes(cache: list[Any], features: mx.array | None) -> int:
+    arrays = [a for _, a in tree_flatten([c.state for c in cache]) if isinstance(a, mx.array)]
+    return sum(a.nbytes for a in arrays) + (0 if features is None else features.nbytes)
+
+
+class PromptCache:
+    """An LRU of prompt states within `max_bytes`; counts hits, misses, cached tokens."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+        self.cached_tokens = 0  # prompt tokens served from the cache, all requests
+
+    @property
+    def nbytes(self) -> int:
+        return sum(entry.nbytes for entry in self.entries.values())
+
+    def usable(self, entry: Entry, prompt: list[int], features: bool) -> int:
+        """How many prompt tokens `entry` can serve (0: none). One prompt token is always
+        left to prefill: its logits start decoding."""
+        if features and entry.features is None:
+            return 0
+        shared = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
+        if shared < len(entry.tokens) and not can_trim_prompt_cache(entry.cache):
+            return 0
+        return shared
+
+    def fetch(self, prompt: list[int], features: bool) -> Restored | None:
+        """The longest usable prefix's state, copied, or None (a miss)."""
+        best, best_n = None, 0
+        for entry in self.entries.values():
+            n = self.usable(entry, prompt, features)
+            if n > best_n:
+                best, best_n = entry, n
+        if best is None:
+            self.misses += 1
+            return None
+        self.entries.move_to_end(best.tokens)
+        self.hits += 1
+        self.cached_tokens += best_n
+        cache = copy.deepcopy(best.cache)
+        trim_prompt_cache(cache, len(best.tokens) - best_n)
+        kept = None if best.features is None else best.features[:, :best_n]
+        return Restored(cache, kept, best_n)
+
+    def insert(self, prompt: list[int], cache: list[Any], features: mx.array | None) -> None:
+        """Store a copy of the state after prefilling `prompt` (evaluated first)."""
+        mx.eval([c.state for c in cache], *([] if features is None else [features]))
+        nbytes = state_bytes(cache, features)
+        if nbytes > self.max_bytes:
+            return
+        tokens = tuple(prompt)
+        self.entries.pop(tokens, None)
+        if can_trim_prompt_cache(cache):  # a shorter entry on this path is now redundant
+            for key in [k for k in self.entries if k == tokens[: len(k)]]:
+                del self.entries[key]
+        self.entries[tokens] = Entry(tokens, copy.deepcopy(cache), features, nbytes)
+        while self.nbytes > self.max_bytes:
+            self.entries.popitem(last=False)

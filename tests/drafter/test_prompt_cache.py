@@ -1,0 +1,130 @@
+"""The prompt cache (drafter/prompt_cache.py): a hit gives the output a miss gives, for
+classic and speculative decode, on a plain KV target and a Gated DeltaNet hybrid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from mlx_lm import load
+
+from drafter.dflash import load_drafter, write_random_drafter
+from drafter.engine import Engine, GenerationStats
+from drafter.prompt_cache import PromptCache
+from drafter.sampling import SamplingParams
+from drafter.tiny import write_tiny_model
+
+TOKENS = 12
+SYSTEM = list(b"You are a careful assistant. Answer briefly.\n")
+TURN_1 = SYSTEM + list(b"User: what is a list?\nAssistant:")
+TURN_2 = TURN_1 + list(b" an ordered collection.\nUser: and a tuple?\nAssistant:")
+OTHER = SYSTEM + list(b"User: name a colour.\nAssistant:")  # shares only SYSTEM
+
+
+@dataclass
+class Target:
+    arch: str
+    model: Any
+    tokenizer: Any
+    drafter: Any
+
+
+@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
+    root = tmp_path_factory.mktemp(f"prompt-cache-{request.param}")
+    target_dir = write_tiny_model(root / "target", request.param, seed=4)
+    model, tokenizer = load(str(target_dir))
+    drafter_dir = write_random_drafter(root / "drafter", target_dir, num_layers=1, seed=5)
+    return Target(request.param, model, tokenizer, load_drafter(drafter_dir, model))
+
+
+def engine(target: Target, speculative: bool, cache_bytes: int | None) -> Engine:
+    engine = Engine(
+        target.model,
+        target.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=target.drafter if speculative else None,
+        block_size=4 if speculative else None,
+    )
+    engine.prompt_cache = None if cache_bytes is None else PromptCache(cache_bytes)
+    return engine
+
+
+def run(engine: Engine, prompt: list[int], stats: GenerationStats | None = None) -> list[int]:
+    rounds = engine.generate(prompt, TOKENS, SamplingParams(), stats or GenerationStats())
+    return [t.id for step in rounds for t in step]
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_a_later_turn_after_a_hit_equals_the_uncached_output(target: Target, speculative: bool):
+    cached = engine(target, speculative, 1 << 30)
+    run(cached, TURN_1)
+    stats = GenerationStats()
+    hit = run(cached, TURN_2, stats)
+    assert stats.cached_tokens == len(TURN_1)
+    assert cached.prompt_cache.hits == 1 and cached.prompt_cache.misses == 1
+    assert hit == run(engine(target, speculative, None), TURN_2)
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_the_same_prompt_again_reuses_all_but_its_last_token(target: Target, speculative: bool):
+    cached = engine(target, speculative, 1 << 30)
+    first = run(cached, TURN_1)
+    stats = GenerationStats()
+    again = run(cached, TURN_1, stats)
+    trimmable = target.arch == "qwen3"  # a recurrent state cannot step back one token
+    assert stats.cached_tokens == (len(TURN_1) - 1 if trimmable else 0)
+    assert again == first
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_a_prefix_shared_in_the_middle_of_a_prompt_is_a_hit_where_the_cache_trims(
+    target: Target, speculative: bool
+):
+    cached = engine(target, speculative, 1 << 30)
+    run(cached, TURN_1)
+    stats = GenerationStats()
+    out = run(cached, OTHER, stats)
+    shared = len(SYSTEM) + len(b"User: ")
+    assert stats.cached_tokens == (shared if target.arch == "qwen3" else 0)
+    assert out == run(engine(target, speculative, None), OTHER)
+
+
+def test_eviction_keeps_the_cache_within_its_budget_least_recently_used_first(target: Target):
+    probe = engine(target, False, 1 << 30)
+    run(probe, TURN_1)
+    one_entry = probe.prompt_cache.nbytes
+    cached = engine(target, False, int(one_entry * 1.5))
+    run(cached, TURN_1)
+    run(cached, OTHER)  # does not fit beside TURN_1: TURN_1 goes
+    assert [len(k) for k in cached.prompt_cache.entries] == [len(OTHER)]
+    assert cached.prompt_cache.nbytes <= cached.prompt_cache.max_bytes
+    tiny = engine(target, False, one_entry // 4)
+    run(tiny, TURN_1)
+    assert not tiny.prompt_cache.entries  # an entry larger than the budget is not kept
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_a_request_abandoned_after_its_prefill_leaves_a_whole_entry(
+    target: Target, speculative: bool
+):
+    """A client that goes away stops the generator between rounds; what was stored is
+    the state of the whole prompt, so the next request is still exact."""
+    cached = engine(target, speculative, 1 << 30)
+    rounds = cached.generate(TURN_1, TOKENS, SamplingParams(), GenerationStats())
+    next(rounds)
+    rounds.close()
+    assert [len(k) for k in cached.prompt_cache.entries] == [len(TURN_1)]
+    assert run(cached, TURN_2) == run(engine(target, speculative, None), TURN_2)
+
+
+def test_an_entry_is_not_changed_by_the_decoding_that_follows(target: Target):
+    cached = engine(target, False, 1 << 30)
+    run(cached, TURN_1)
+    (entry,) = cached.prompt_cache.entries.values()
+    before = [a for c in entry.cache for a in c.state if a is not None and hasattr(a, "sum")]
+    snapshot = [a.sum().item() for a in before]
+    run(cached, TURN_2)
+    assert [a.sum().item() for a in before] == snapshot
