@@ -20,13 +20,13 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class CompletionRequest(BaseModel):
-    """POST /v1/completions. Unknown fields are ignored, as many clients send extras."""
+class GenerationFields(BaseModel):
+    """What both generating endpoints take. Unknown fields are ignored, as many clients
+    send extras."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str | None = None  # None: the loaded model
-    prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(None, ge=0)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
@@ -35,15 +35,21 @@ class CompletionRequest(BaseModel):
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
-    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    echo: bool | None = False
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    ignore_eos: bool | None = False  # vLLM / llama.cpp extension: run to max_tokens
+
+
+class CompletionRequest(GenerationFields):
+    """POST /v1/completions."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    echo: bool | None = False
     suffix: str | None = None
     best_of: int | None = Field(None, ge=1, le=MAX_N)
-    ignore_eos: bool | None = False  # vLLM / llama.cpp extension: run to max_tokens
 
 
 class TextPart(BaseModel):
@@ -114,33 +120,17 @@ class ResponseFormat(BaseModel):
     type: str
 
 
-class ChatCompletionRequest(BaseModel):
-    """POST /v1/chat/completions. Unknown fields are ignored, as many clients send extras."""
+class ChatCompletionRequest(GenerationFields):
+    """POST /v1/chat/completions."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-    model: str | None = None  # None: the loaded model
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=0)
     max_completion_tokens: int | None = Field(None, ge=0)
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    top_p: float | None = Field(None, gt=0.0, le=1.0)
-    n: int | None = Field(None, ge=1, le=MAX_N)
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
     response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    ignore_eos: bool | None = False
 
 
 class TokenizeRequest(BaseModel):
