@@ -128,18 +128,23 @@ def run_choice(
             logprobs = names.legacy(piece.tokens, offset) if plan.logprobs is not None else None
             emit(Chunk(choice.index, piece.text, logprobs))
 
+    # One event per round, not per token: each event wakes the event loop, whose work
+    # then competes with the round loop for the GIL.
     rounds = engine.generate(prompt, plan.max_tokens, choice.params, stats, plan.ignore_eos)
     eos_token: Token | None = None
     for round_tokens in rounds:
+        released = Piece()
         for token in round_tokens:
             generated += 1
             if token.id in eos:
                 finish_reason, eos_token = "stop", token
                 break
-            send(stream.push(token))
+            piece = stream.push(token)
+            released = Piece(released.text + piece.text, released.tokens + piece.tokens)
             if stream.stopped:
                 finish_reason = "stop"
                 break
+        send(released)
         if finish_reason == "stop":
             break
         if (reason := should_stop()) is not None:

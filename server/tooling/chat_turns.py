@@ -21,6 +21,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +83,7 @@ def wait_ready(arm: Arm, timeout: float = 900.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{arm.url}/v1/models", timeout=2).status_code == 200:
+            if httpx.get(f"{arm.url}/health", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -90,15 +91,10 @@ def wait_ready(arm: Arm, timeout: float = 900.0) -> None:
     raise RuntimeError(f"{arm.name} did not become ready")
 
 
-def model_id(arm: Arm) -> str:
-    return str(httpx.get(f"{arm.url}/v1/models").json()["data"][0]["id"])
-
-
 def turn(arm: Arm, user: str) -> dict[str, Any]:
     """One streamed greedy turn: time to first content, text, usage."""
     arm.history.append({"role": "user", "content": user})
-    body = {
-        "model": model_id(arm),
+    body = {  # no "model": each server answers with the one it loaded
         "messages": arm.history,
         "max_tokens": ANSWER_TOKENS,
         "temperature": 0.0,
@@ -162,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="record path without suffix")
     parser.add_argument("--target", required=True, help="target dir for mlx_lm.server")
     args = parser.parse_args(argv)
-    logs = args.out.parent / f".{args.out.name}-logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="draftwise-chat-turns-"))
+    print(f"server logs in {logs}", flush=True)
     started = arms(args.target, logs)
     try:
         for arm in started:
