@@ -56,12 +56,25 @@ class GenerationStats:
 
 def prefill(model: nn.Module, prompt: list[int], cache: list[Any]) -> mx.array:
     """Run the prompt through the target; return the last row's logits (V,)."""
+    return prefill_tapped(model, prompt, cache, None)[0]
+
+
+def prefill_tapped(
+    model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
+) -> tuple[mx.array, list[mx.array]]:
+    """Run the prompt through the target in PREFILL_STEP chunks (each evaluated, so
+    memory stays bounded); return the last row's logits (V,) and, with a `capture`
+    (drafter/capture.py), each chunk's tapped features."""
     tokens = mx.array(prompt)
+    features: list[mx.array] = []
     while tokens.size > PREFILL_STEP:
         model(tokens[:PREFILL_STEP][None], cache=cache)
-        mx.eval([c.state for c in cache])
+        features += [capture.features()] if capture is not None else []
+        mx.eval([c.state for c in cache], features[-1:])
         tokens = tokens[PREFILL_STEP:]
-    return model(tokens[None], cache=cache)[0, -1]
+    logits = model(tokens[None], cache=cache)[0, -1]
+    features += [capture.features()] if capture is not None else []
+    return logits, features
 
 
 def make_token(token: int, logprobs: mx.array, params: SamplingParams) -> Token:

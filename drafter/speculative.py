@@ -33,7 +33,7 @@ import mlx.nn as nn
 
 from drafter import acceptance, rollback
 from drafter.capture import installed
-from drafter.engine import PREFILL_STEP, GenerationStats, Token, make_tokens
+from drafter.engine import GenerationStats, Token, make_tokens, prefill_tapped
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -127,16 +127,8 @@ class Session:
         """Feed the prompt as classic decode does (after what the prompt cache holds of
         it); return its last logits row and the tapped features of every prompt row."""
         self.cache, start, cached = self.engine.start_cache(prompt, self.stats, features=True)
-        tokens = mx.array(prompt[start:])
-        features = [] if cached is None else [cached]
-        while tokens.size > PREFILL_STEP:
-            self.model(tokens[:PREFILL_STEP][None], cache=self.cache)
-            features.append(self.capture.features())
-            mx.eval([c.state for c in self.cache], features[-1])
-            tokens = tokens[PREFILL_STEP:]
-        logits = self.model(tokens[None], cache=self.cache)[0, -1]
-        features.append(self.capture.features())
-        everything = mx.concatenate(features, axis=1)
+        logits, features = prefill_tapped(self.model, prompt[start:], self.cache, self.capture)
+        everything = mx.concatenate(([] if cached is None else [cached]) + features, axis=1)
         self.engine.remember(prompt, self.cache, everything)
         return logits, everything
 
