@@ -21,7 +21,7 @@ from policy.explain import add_explain_arguments, run_explain
 from policy.overrides import override_width
 from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
 from server.policy_file import default_calibration_path, load_calibration
-from server.settings import ServeSettings, env_names
+from server.settings import ServeSettings, env_names, setting_specs
 from server.tooling.bench import add_bench_parser
 from server.tooling.calibrate import add_calibrate_parser
 from server.tooling.profile import add_profile_parser
@@ -31,31 +31,7 @@ EXIT_LOAD_FAILED = 1
 
 log = structlog.get_logger("draftwise.server")
 
-SERVE_FLAGS: dict[str, str] = {
-    "model": "target model directory (mlx-lm format); default: the embedded pair",
-    "draft_model": "DFlash drafter directory, or 'none' to serve classic decode",
-    "draft_kind": "drafter kind (dflash)",
-    "draft_block_size": "draft block width override (beats every environment variable)",
-    "policy_file": "calibration entries (JSON); default: the file draftwise calibrate wrote",
-    "exactness": "strict (alias require) | rounding | warn | off: serve speculation only "
-    "when exact, unless a defect (default), always, or skip the probe",
-    "cache_dir": "where generated/converted models are cached",
-    "dtype": "auto | float16 | bfloat16 | float32",
-    "host": "listen address",
-    "port": "listen port",
-    "api_key": "require this key as 'Authorization: Bearer KEY' on /v1/*",
-    "max_queue_depth": "requests allowed to wait; beyond it, 429",
-    "request_timeout_s": "per-request deadline in seconds, queue wait included",
-    "default_max_tokens": "max_tokens when a request omits it",
-    "default_temperature": "temperature when a request omits it",
-    "default_top_p": "top_p when a request omits it",
-    "log_level": "debug | info | warning | error",
-    "shutdown_grace_s": "on SIGTERM, how long in-flight requests may take to finish",
-    "max_body_bytes": "largest request body accepted; beyond it, 413",
-    "cors_allow_origins": "comma-separated origins allowed by CORS, or '*'; empty: CORS off",
-    "prompt_cache_bytes": "bytes of prompt state kept for reuse across requests; 0: off; "
-    "default: a sixteenth of memory, at most 4 GiB",
-}
+SERVE_FLAGS: dict[str, str] = {name: spec.help for name, spec in setting_specs().items()}
 
 
 def flag_name(field: str) -> str:

@@ -10,8 +10,9 @@ the CLI passes in, so `known_env_vars()` adds them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -85,42 +86,108 @@ class LiveSettings(BaseModel):
 LIVE_FIELDS: tuple[str, ...] = tuple(LiveSettings.model_fields)
 
 
+Scope = Literal["live", "startup", "worker"]
+
+
+def setting(
+    default: Any = None, *, scope: Scope, help: str, aliased: str | None = None, **constraints: Any
+) -> Any:
+    """A ServeSettings field with its flag's help text and its scope: `live` (PATCH
+    /v1/settings applies it), `startup` (fixed at startup) or `worker` (the model
+    worker's; restart required). The CLI flags and the settings table read these.
+    The environment name is DRAFTWISE_<FIELD>; `aliased` (the field's name) adds its
+    llama.cpp-style names from ALIASES."""
+    factory = constraints.pop("default_factory", None)
+    kwargs: dict[str, Any] = {"description": help, "json_schema_extra": {"scope": scope}}
+    if aliased is not None:
+        kwargs["validation_alias"] = _env(aliased)
+    if factory is not None:
+        return Field(default_factory=factory, **kwargs, **constraints)
+    return Field(default, **kwargs, **constraints)
+
+
 class ServeSettings(BaseSettings):
-    """Everything `draftwise serve` reads. Flags are passed as init values and win."""
+    """Everything `draftwise serve` reads, each field declared once with its help and
+    scope. Flags are passed as init values and win; the environment names are
+    `env_names(field)`."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, populate_by_name=True, extra="ignore", env_ignore_empty=True
     )
 
-    model: str | None = Field(None, validation_alias=_env("model"))
-    draft_model: str | None = Field(None, validation_alias=_env("draft_model"))
-    draft_kind: str = Field("dflash", validation_alias=_env("draft_kind"))
-    policy_file: Path | None = Field(None, validation_alias=_env("policy_file"))
+    model: str | None = setting(
+        scope="worker",
+        aliased="model",
+        help="target model directory (mlx-lm format); default: the embedded pair",
+    )
+    draft_model: str | None = setting(
+        scope="worker", help="DFlash drafter directory, or 'none' to serve classic decode"
+    )
+    draft_kind: str = setting("dflash", scope="worker", help="drafter kind (dflash)")
+    policy_file: Path | None = setting(
+        scope="startup",
+        help="calibration entries (JSON); default: the file draftwise calibrate wrote",
+    )
     # strict: serve speculation only when byte-identical (require: its old name);
     # rounding: unless the probe finds a defect; warn: always; off: no probe.
-    exactness: Literal["strict", "require", "rounding", "warn", "off"] = Field(
-        "rounding", validation_alias=_env("exactness")
+    exactness: Literal["strict", "require", "rounding", "warn", "off"] = setting(
+        "rounding",
+        scope="startup",
+        help="strict (alias require) | rounding | warn | off: serve speculation only "
+        "when exact, unless a defect (default), always, or skip the probe",
     )
-    cache_dir: Path = Field(default_factory=default_cache_dir, validation_alias=_env("cache_dir"))
-    dtype: Literal["auto", "float16", "bfloat16", "float32"] = Field(
-        "auto", validation_alias=_env("dtype")
+    cache_dir: Path = setting(
+        default_factory=default_cache_dir,
+        scope="startup",
+        help="where generated/converted models are cached",
     )
-    host: str = Field("127.0.0.1", validation_alias=_env("host"))
-    port: int = Field(8080, ge=1, le=65535, validation_alias=_env("port"))
-    api_key: str | None = Field(None, validation_alias=_env("api_key"))
-    max_queue_depth: int = Field(64, ge=1, validation_alias=_env("max_queue_depth"))
-    default_max_tokens: MaxTokens = Field(16, validation_alias=_env("default_max_tokens"))
-    default_temperature: Temperature = Field(1.0, validation_alias=_env("default_temperature"))
-    default_top_p: TopP = Field(1.0, validation_alias=_env("default_top_p"))
-    request_timeout_s: TimeoutSeconds = Field(600.0, validation_alias=_env("request_timeout_s"))
-    log_level: LogLevel = Field("info", validation_alias=_env("log_level"))
-    shutdown_grace_s: float = Field(60.0, ge=0.0, validation_alias=_env("shutdown_grace_s"))
-    max_body_bytes: int = Field(
-        DEFAULT_MAX_BODY_BYTES, ge=1024, validation_alias=_env("max_body_bytes")
+    dtype: Literal["auto", "float16", "bfloat16", "float32"] = setting(
+        "auto", scope="startup", help="auto | float16 | bfloat16 | float32"
     )
-    cors_allow_origins: str = Field("", validation_alias=_env("cors_allow_origins"))
-    # None: a sixteenth of the machine's memory, at most 4 GiB; 0: no prompt cache
-    prompt_cache_bytes: int | None = Field(None, ge=0, validation_alias=_env("prompt_cache_bytes"))
+    host: str = setting("127.0.0.1", scope="startup", help="listen address", aliased="host")
+    port: int = setting(8080, scope="startup", help="listen port", aliased="port", ge=1, le=65535)
+    api_key: str | None = setting(
+        scope="startup",
+        help="require this key as 'Authorization: Bearer KEY' on /v1/*",
+        aliased="api_key",
+    )
+    max_queue_depth: int = setting(
+        64, scope="startup", help="requests allowed to wait; beyond it, 429", ge=1
+    )
+    default_max_tokens: MaxTokens = setting(
+        16, scope="live", help="max_tokens when a request omits it"
+    )
+    default_temperature: Temperature = setting(
+        1.0, scope="live", help="temperature when a request omits it"
+    )
+    default_top_p: TopP = setting(1.0, scope="live", help="top_p when a request omits it")
+    request_timeout_s: TimeoutSeconds = setting(
+        600.0, scope="live", help="per-request deadline in seconds, queue wait included"
+    )
+    log_level: LogLevel = setting("info", scope="live", help="debug | info | warning | error")
+    shutdown_grace_s: float = setting(
+        60.0,
+        scope="startup",
+        help="on SIGTERM, how long in-flight requests may take to finish",
+        ge=0.0,
+    )
+    max_body_bytes: int = setting(
+        DEFAULT_MAX_BODY_BYTES,
+        scope="startup",
+        help="largest request body accepted; beyond it, 413",
+        ge=1024,
+    )
+    cors_allow_origins: str = setting(
+        "",
+        scope="startup",
+        help="comma-separated origins allowed by CORS, or '*'; empty: CORS off",
+    )
+    prompt_cache_bytes: int | None = setting(
+        scope="worker",
+        help="bytes of prompt state kept for reuse across requests; 0: off; "
+        "default: a sixteenth of memory, at most 4 GiB",
+        ge=0,
+    )
 
     @field_validator("log_level", "exactness", "dtype", mode="before")
     @classmethod
@@ -167,6 +234,44 @@ class ServeSettings(BaseSettings):
 
     def live(self) -> LiveSettings:
         return LiveSettings(**{name: getattr(self, name) for name in LIVE_FIELDS})
+
+
+# The width override is not a ServeSettings field (the policy reads it, with its
+# origin, from the flag and the environment) but it is a setting all the same.
+DRAFT_BLOCK_SIZE = "draft_block_size"
+DRAFT_BLOCK_SIZE_HELP = "draft block width override (beats every environment variable)"
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    name: str
+    scope: Scope
+    type: str  # JSON type: "integer", "number" or "string"
+    help: str
+
+
+def json_type(annotation: Any) -> str:
+    kinds = [a for a in (get_args(annotation) or (annotation,)) if a is not type(None)]
+    if kinds and all(k is int for k in kinds):
+        return "integer"
+    if kinds and all(k in (int, float) for k in kinds):
+        return "number"
+    return "string"
+
+
+def setting_specs() -> dict[str, SettingSpec]:
+    """Every setting, from its one declaration: the CLI's flags, GET/PATCH
+    /v1/settings and the docs' table are all derived from this."""
+    specs = {}
+    for name, info in ServeSettings.model_fields.items():
+        extra = info.json_schema_extra
+        scope = extra["scope"] if isinstance(extra, dict) else "startup"
+        specs[name] = SettingSpec(name, scope, json_type(info.annotation), info.description or "")
+        if name == "draft_kind":  # the flag order: the width override beside the drafter
+            specs[DRAFT_BLOCK_SIZE] = SettingSpec(
+                DRAFT_BLOCK_SIZE, "worker", "integer", DRAFT_BLOCK_SIZE_HELP
+            )
+    return specs
 
 
 def known_env_vars() -> set[str]:

@@ -18,49 +18,17 @@ from server.settings import (
     STARTUP_ONLY_REASON,
     WORKER_OWNED_REASON,
     LiveSettings,
+    setting_specs,
 )
 from server.state import ServerState
 
 log = structlog.get_logger("draftwise.settings")
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
-WORKER_OWNED = ("model", "draft_model", "draft_kind", "draft_block_size", "prompt_cache_bytes")
-STARTUP_ONLY = (
-    "policy_file",
-    "exactness",
-    "cache_dir",
-    "dtype",
-    "host",
-    "port",
-    "api_key",
-    "max_queue_depth",
-    "shutdown_grace_s",
-    "max_body_bytes",
-    "cors_allow_origins",
-)
-TYPES: dict[str, str] = {
-    "model": "string",
-    "draft_model": "string",
-    "draft_kind": "string",
-    "draft_block_size": "integer",
-    "policy_file": "string",
-    "exactness": "string",
-    "cache_dir": "string",
-    "dtype": "string",
-    "host": "string",
-    "port": "integer",
-    "api_key": "string",
-    "max_queue_depth": "integer",
-    "shutdown_grace_s": "number",
-    "max_body_bytes": "integer",
-    "cors_allow_origins": "string",
-    "prompt_cache_bytes": "integer",
-    "default_max_tokens": "integer",
-    "default_temperature": "number",
-    "default_top_p": "number",
-    "request_timeout_s": "number",
-    "log_level": "string",
-}
+SPECS = setting_specs()
+WORKER_OWNED = tuple(name for name, spec in SPECS.items() if spec.scope == "worker")
+STARTUP_ONLY = tuple(name for name, spec in SPECS.items() if spec.scope == "startup")
+TYPES: dict[str, str] = {name: spec.type for name, spec in SPECS.items()}
 
 
 SETTINGS_OK: dict[int | str, dict[str, Any]] = {

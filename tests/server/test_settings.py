@@ -16,7 +16,14 @@ from server.cli import (
     settings_error_line,
     source_of,
 )
-from server.settings import ServeSettings, known_env_vars, unknown_env_vars
+from server.settings import (
+    LiveSettings,
+    ServeSettings,
+    env_names,
+    known_env_vars,
+    setting_specs,
+    unknown_env_vars,
+)
 from server.tooling.calibrate import default_calibration_path, write_calibration
 
 
@@ -106,3 +113,25 @@ def test_serve_reads_the_calibration_file_under_the_cache_dir_by_default(tmp_pat
     write_calibration(default_calibration_path(tmp_path), [entry])
     assert read_calibration(ServeSettings(cache_dir=tmp_path)) == (entry,)
     assert read_calibration(ServeSettings(cache_dir=tmp_path / "empty")) == ()
+
+
+def test_flags_settings_table_and_scopes_come_from_one_declaration():
+    from server.routes.settings import STARTUP_ONLY, TYPES, WORKER_OWNED
+
+    specs = setting_specs()
+    assert list(SERVE_FLAGS) == list(specs) == list(TYPES)
+    assert all(spec.help for spec in specs.values())
+    assert set(WORKER_OWNED) >= {"model", "draft_model", "draft_kind", "draft_block_size"}
+    live = {name for name, spec in specs.items() if spec.scope == "live"}
+    assert live == set(LiveSettings.model_fields)
+    assert live.isdisjoint(WORKER_OWNED) and live.isdisjoint(STARTUP_ONLY)
+    defaults = ServeSettings.model_construct()
+    assert LiveSettings().model_dump() == {name: getattr(defaults, name) for name in live}
+    assert (TYPES["port"], TYPES["default_top_p"], TYPES["host"]) == ("integer", "number", "string")
+
+
+def test_every_setting_is_in_the_environment_variable_doc():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "environment-variables.md").read_text()
+    for name in setting_specs():
+        assert f"`{env_names(name)[0]}`" in doc, name
+        assert f"`--{name.replace('_', '-')}`" in doc, name
