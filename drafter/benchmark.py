@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from drafter.engine import Engine, GenerationStats
+from drafter.decoding import GenerationStats
+from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 
 DEFAULT_PROMPTS = [

@@ -9,13 +9,22 @@ emit exactly the same token stream for the same greedy request.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
 from drafter.attention import make_cache, stable_by_default
+from drafter.decoding import (
+    PREFILL_STEP,
+    Drafter,
+    GenerationStats,
+    Token,
+    make_token,
+    make_tokens,
+    one_hot,
+    prefill,
+)
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import (
     SamplingParams,
@@ -23,85 +32,8 @@ from drafter.sampling import (
     has_penalties,
     log_softmax,
     token_logprobs,
-    top_alternatives,
 )
-
-PREFILL_STEP = 2048
-
-
-@dataclass
-class Token:
-    id: int
-    logprob: float
-    top_logprobs: dict[int, float] | None = None
-
-
-@dataclass
-class GenerationStats:
-    """Per-request counters: speculative ones (all zero for classic decode) and the
-    prompt tokens the prompt cache served."""
-
-    block_size: int | None = None
-    cached_tokens: int = 0
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    accepted_per_position: list[int] = field(default_factory=list)
-
-    @property
-    def acceptance_length(self) -> float:
-        """Mean tokens emitted per round (accepted drafts + the bonus token)."""
-        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
-
-
-def prefill(model: nn.Module, prompt: list[int], cache: list[Any]) -> mx.array:
-    """Run the prompt through the target; return the last row's logits (V,)."""
-    return prefill_tapped(model, prompt, cache, None)[0]
-
-
-def prefill_tapped(
-    model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
-) -> tuple[mx.array, list[mx.array]]:
-    """Run the prompt through the target in PREFILL_STEP chunks (each evaluated, so
-    memory stays bounded); return the last row's logits (V,) and, with a `capture`
-    (drafter/capture.py), each chunk's tapped features."""
-    tokens = mx.array(prompt)
-    features: list[mx.array] = []
-    while tokens.size > PREFILL_STEP:
-        model(tokens[:PREFILL_STEP][None], cache=cache)
-        features += [capture.features()] if capture is not None else []
-        mx.eval([c.state for c in cache], features[-1:])
-        tokens = tokens[PREFILL_STEP:]
-    logits = model(tokens[None], cache=cache)[0, -1]
-    features += [capture.features()] if capture is not None else []
-    return logits, features
-
-
-def make_token(token: int, logprobs: mx.array, params: SamplingParams) -> Token:
-    """One token and its reported logprobs; logprobs: the (V,) row it was chosen from."""
-    return make_tokens([token], logprobs[None], params)[0]
-
-
-def make_tokens(tokens: list[int], logprobs: mx.array, params: SamplingParams) -> list[Token]:
-    """Tokens with their reported logprobs, in one host sync; logprobs: (n, V), row i
-    the one tokens[i] was chosen from."""
-    if params.logprobs is None:
-        return [Token(token, 0.0) for token in tokens]
-    chosen = mx.take_along_axis(logprobs, mx.array(tokens)[:, None], axis=-1)[:, 0]
-    if params.logprobs <= 0:
-        return [Token(t, lp, {}) for t, lp in zip(tokens, chosen.tolist(), strict=True)]
-    top_ids, top_values = top_alternatives(logprobs, params.logprobs)
-    mx.eval(chosen, top_ids, top_values)
-    return [
-        Token(token, logprob, dict(zip(ids, values, strict=True)))
-        for token, logprob, ids, values in zip(
-            tokens, chosen.tolist(), top_ids.tolist(), top_values.tolist(), strict=True
-        )
-    ]
-
-
-def one_hot(token: mx.array, vocab: int) -> mx.array:
-    return (mx.arange(vocab) == token).astype(mx.float32)
+from drafter.speculative import speculative_generate
 
 
 class Engine:
@@ -114,7 +46,7 @@ class Engine:
         *,
         model_id: str,
         context_length: int,
-        drafter: Any | None = None,
+        drafter: Drafter | None = None,
         block_size: int | None = None,
         stable_attention: bool | None = None,
     ):
@@ -170,8 +102,6 @@ class Engine:
         With `ignore_eos`, EOS is an ordinary token and only max_tokens stops."""
         stats = stats if stats is not None else GenerationStats()
         if self.speculative:
-            from drafter.speculative import speculative_generate
-
             yield from speculative_generate(self, prompt, max_tokens, params, stats, ignore_eos)
         else:
             yield from self.classic_generate(prompt, max_tokens, params, ignore_eos, stats)

@@ -153,10 +153,10 @@ def load_engine(options: LoadOptions) -> Loaded:
     resolution = resolve_width(
         overrides=overrides_from(options.draft_block_size, options.environ),
         drafter_kind=options.draft_kind,
-        checkpoint_width=getattr(drafter, "prescribed_width", None),
+        checkpoint_width=None if drafter is None else drafter.prescribed_width,
         device=device,
         quantization=quantization,
-        max_width=getattr(drafter, "max_width", None),
+        max_width=None if drafter is None else drafter.max_width,
         calibration=options.calibration,
     )
     classic = Engine(

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from drafter.engine import Engine, prefill
+from drafter.decoding import prefill
+from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 
 PROBE_PROMPT = (

@@ -33,7 +33,7 @@ import mlx.nn as nn
 
 from drafter import acceptance, rollback
 from drafter.capture import installed
-from drafter.engine import GenerationStats, Token, make_tokens, prefill_tapped
+from drafter.decoding import Drafter, GenerationStats, Token, make_tokens, prefill_tapped
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -100,7 +100,9 @@ class Session:
     ):
         self.engine = engine
         self.model: nn.Module = engine.model
-        self.drafter: Any = engine.drafter
+        if engine.drafter is None:
+            raise ValueError("speculative decoding needs a drafter")
+        self.drafter: Drafter = engine.drafter
         self.width: int = engine.block_size if width is None else width
         if self.width is None or self.width < 2:
             raise ValueError(f"speculative decoding needs a block width >= 2, got {self.width}")

@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from drafter.engine import Engine, GenerationStats, Token
+from drafter.decoding import GenerationStats, Token
+from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 from server.textstream import Piece, Placed, TextStream
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from drafter.engine import GenerationStats
+from drafter.decoding import GenerationStats
 from drafter.prompt_cache import PromptCache
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from drafter.engine import Token
+from drafter.decoding import Token
 
 REPLACEMENT = "\ufffd"
 

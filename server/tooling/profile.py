@@ -130,7 +130,7 @@ def gaps(steps: Any) -> list[float]:
 
 def timed_rounds(engine: Any, prompt: list[int], tokens: int, width: int, timer=None):
     """(per-round wall times in s, stats) of one greedy speculative request."""
-    from drafter.engine import GenerationStats
+    from drafter.decoding import GenerationStats
     from drafter.sampling import SamplingParams
     from drafter.speculative import Session
 

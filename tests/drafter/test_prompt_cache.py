@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
+from drafter.decoding import GenerationStats
 from drafter.dflash import load_drafter, write_random_drafter
-from drafter.engine import Engine, GenerationStats
+from drafter.engine import Engine
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import SamplingParams
 from drafter.tiny import write_tiny_model

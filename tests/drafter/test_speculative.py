@@ -12,8 +12,9 @@ from mlx_lm.models.cache import make_prompt_cache
 from scipy.stats import chisquare
 
 from drafter.capture import installed
+from drafter.decoding import GenerationStats
 from drafter.dflash import DFlashDrafter, load_drafter, write_random_drafter
-from drafter.engine import Engine, GenerationStats
+from drafter.engine import Engine
 from drafter.sampling import SamplingParams, sampling_logprobs, token_logprobs
 from drafter.speculative import Session
 from drafter.tiny import write_tiny_model

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 
-from drafter.engine import Token
+from drafter.decoding import Token
 from server.textstream import TextStream
 
 

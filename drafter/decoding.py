@@ -1,0 +1,109 @@
+"""What both decode paths share: tokens and their logprobs, per-request counters, the
+chunked prefill, and the drafter protocol. `engine.py` (classic decode) and
+`speculative.py` (the round loop) both build on it, so neither imports the other's
+internals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from drafter.sampling import SamplingParams, top_alternatives
+
+PREFILL_STEP = 2048
+
+
+@dataclass
+class Token:
+    id: int
+    logprob: float
+    top_logprobs: dict[int, float] | None = None
+
+
+@dataclass
+class GenerationStats:
+    """Per-request counters: speculative ones (all zero for classic decode) and the
+    prompt tokens the prompt cache served."""
+
+    block_size: int | None = None
+    cached_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens emitted per round (accepted drafts + the bonus token)."""
+        return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
+
+
+def prefill(model: nn.Module, prompt: list[int], cache: list[Any]) -> mx.array:
+    """Run the prompt through the target; return the last row's logits (V,)."""
+    return prefill_tapped(model, prompt, cache, None)[0]
+
+
+def prefill_tapped(
+    model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
+) -> tuple[mx.array, list[mx.array]]:
+    """Run the prompt through the target in PREFILL_STEP chunks (each evaluated, so
+    memory stays bounded); return the last row's logits (V,) and, with a `capture`
+    (drafter/capture.py), each chunk's tapped features."""
+    tokens = mx.array(prompt)
+    features: list[mx.array] = []
+    while tokens.size > PREFILL_STEP:
+        model(tokens[:PREFILL_STEP][None], cache=cache)
+        features += [capture.features()] if capture is not None else []
+        mx.eval([c.state for c in cache], features[-1:])
+        tokens = tokens[PREFILL_STEP:]
+    logits = model(tokens[None], cache=cache)[0, -1]
+    features += [capture.features()] if capture is not None else []
+    return logits, features
+
+
+def make_token(token: int, logprobs: mx.array, params: SamplingParams) -> Token:
+    """One token and its reported logprobs; logprobs: the (V,) row it was chosen from."""
+    return make_tokens([token], logprobs[None], params)[0]
+
+
+def make_tokens(tokens: list[int], logprobs: mx.array, params: SamplingParams) -> list[Token]:
+    """Tokens with their reported logprobs, in one host sync; logprobs: (n, V), row i
+    the one tokens[i] was chosen from."""
+    if params.logprobs is None:
+        return [Token(token, 0.0) for token in tokens]
+    chosen = mx.take_along_axis(logprobs, mx.array(tokens)[:, None], axis=-1)[:, 0]
+    if params.logprobs <= 0:
+        return [Token(t, lp, {}) for t, lp in zip(tokens, chosen.tolist(), strict=True)]
+    top_ids, top_values = top_alternatives(logprobs, params.logprobs)
+    mx.eval(chosen, top_ids, top_values)
+    return [
+        Token(token, logprob, dict(zip(ids, values, strict=True)))
+        for token, logprob, ids, values in zip(
+            tokens, chosen.tolist(), top_ids.tolist(), top_values.tolist(), strict=True
+        )
+    ]
+
+
+def one_hot(token: mx.array, vocab: int) -> mx.array:
+    return (mx.arange(vocab) == token).astype(mx.float32)
+
+
+class Drafter(Protocol):
+    """What the round loop needs of a drafter; `drafter/dflash.py: DFlashDrafter` is the
+    one the server loads."""
+
+    @property
+    def target_layer_ids(self) -> list[int]: ...
+
+    @property
+    def max_width(self) -> int: ...
+
+    def make_cache(self, stable: bool = False) -> list[Any]: ...
+
+    def draft_logits(
+        self, anchor: int, features: mx.array, cache: list[Any], width: int
+    ) -> mx.array: ...
