@@ -119,6 +119,9 @@ def serve_command(config: BenchConfig, width: int | None, port: int) -> list[str
     command = [sys.executable, "-c", SERVE_ENTRY, "serve", "--host", HOST, "--port", str(port)]
     options = {"--model": config.model, "--dtype": config.dtype, "--cache-dir": config.cache_dir}
     options["--exactness"] = config.exactness
+    # Every pass repeats the same prompts: with a prompt cache, later passes would time
+    # decoding without its prefill. (A --server-arg given later wins.)
+    options["--prompt-cache-bytes"] = "0"
     if width is None:
         options["--draft-model"] = "none"
     else:

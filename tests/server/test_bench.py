@@ -152,6 +152,7 @@ def test_classic_arm_serves_without_drafter_and_width_arms_pass_the_flag():
     assert width[width.index("--draft-model") + 1] == "/d"
     assert width[width.index("--draft-block-size") + 1] == "5"
     assert width[width.index("--dtype") + 1] == "float32"
+    assert classic[classic.index("--prompt-cache-bytes") + 1] == "0"  # passes repeat prompts
 
 
 def test_server_environment_drops_width_variables_and_sets_the_blas():
