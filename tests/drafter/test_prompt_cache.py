@@ -129,3 +129,34 @@ def test_an_entry_is_not_changed_by_the_decoding_that_follows(target: Target):
     snapshot = [a.sum().item() for a in before]
     run(cached, TURN_2)
     assert [a.sum().item() for a in before] == snapshot
+
+
+class StopMidPrefill(Exception):
+    pass
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_a_prefill_interrupted_between_chunks_stores_nothing(
+    target: Target, speculative: bool, monkeypatch: pytest.MonkeyPatch
+):
+    """The prefill runs in chunks; one that stops after its first chunk (an error, a
+    shutdown) leaves no entry, and the next request is exact."""
+    import drafter.decoding
+
+    monkeypatch.setattr(drafter.decoding, "PREFILL_STEP", 16)
+    cached = engine(target, speculative, 1 << 30)
+    calls = {"n": 0}
+    real_call = type(target.model).__call__
+
+    def failing_call(model: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise StopMidPrefill
+        return real_call(model, *args, **kwargs)
+
+    monkeypatch.setattr(type(target.model), "__call__", failing_call)
+    with pytest.raises(StopMidPrefill):
+        run(cached, TURN_1)
+    monkeypatch.setattr(type(target.model), "__call__", real_call)
+    assert calls["n"] == 2 and not cached.prompt_cache.entries
+    assert run(cached, TURN_1) == run(engine(target, speculative, None), TURN_1)
