@@ -20,10 +20,17 @@ from server.chat import ChoiceState, ToolCallParser, chat_logprobs, render
 from server.errors import APIError, invalid
 from server.generation import Chunk, CompletionPlan, Finished
 from server.openapi import error_responses
-from server.plan import build_plan
-from server.routes.completions import check_model, start_job
-from server.routes.jobs import check_accepting, job_events, request_record, sse_stream, usage_body
+from server.plan import ModelFacts, build_plan
+from server.routes.jobs import (
+    job_events,
+    request_record,
+    serving_facts,
+    sse_stream,
+    start_job,
+    usage_body,
+)
 from server.schemas import ChatCompletionRequest, CompletionRequest
+from server.settings import LiveSettings
 from server.state import ServerState
 from server.worker import Done, Job
 
@@ -40,7 +47,9 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 PARAM_NAMES = {"prompt": "messages", "logprobs": "top_logprobs"}
 
 
-def chat_plan(body: ChatCompletionRequest, state: ServerState) -> tuple[CompletionPlan, bool]:
+def chat_plan(
+    body: ChatCompletionRequest, facts: ModelFacts, live: LiveSettings
+) -> tuple[CompletionPlan, bool]:
     if body.response_format is not None and body.response_format.type != "text":
         raise invalid(
             f"response_format type {body.response_format.type!r} is not supported "
@@ -52,7 +61,6 @@ def chat_plan(body: ChatCompletionRequest, state: ServerState) -> tuple[Completi
         raise invalid("top_logprobs requires logprobs to be true", "top_logprobs")
     if body.stream_options is not None and not body.stream:
         raise invalid("stream_options is only allowed when stream is true", "stream_options")
-    facts = state.model_facts()
     prompt, parse_tools = render(body, facts.tokenizer)
     max_tokens = body.max_completion_tokens
     request = CompletionRequest(
@@ -71,7 +79,7 @@ def chat_plan(body: ChatCompletionRequest, state: ServerState) -> tuple[Completi
         ignore_eos=body.ignore_eos,
     )
     try:
-        return build_plan(request, facts, state.live), parse_tools
+        return build_plan(request, facts, live), parse_tools
     except APIError as error:
         error.param = PARAM_NAMES.get(error.param or "", error.param)
         raise
@@ -82,10 +90,8 @@ async def create_chat_completion(
     body: ChatCompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
     state: ServerState = request.app.state.draftwise
-    check_accepting(state)
-    facts = state.model_facts()
-    check_model(body.model, facts)
-    plan, parse_tools = chat_plan(body, state)
+    facts = serving_facts(state, body.model)
+    plan, parse_tools = chat_plan(body, facts, state.live)
     job = start_job(state, plan, "chatcmpl", request)
     header = {"id": job.id, "created": int(time.time()), "model": facts.model_id}
     choices = [

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,16 +10,15 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.auth import require_api_key
-from server.errors import model_not_found
-from server.generation import Chunk, CompletionPlan, Finished
+from server.generation import Chunk, Finished
 from server.openapi import CompletionResponse, error_responses
-from server.plan import ModelFacts, build_plan
+from server.plan import build_plan
 from server.routes.jobs import (
-    check_accepting,
     job_events,
     request_record,
+    serving_facts,
     sse_stream,
-    submit,
+    start_job,
     usage_body,
 )
 from server.schemas import CompletionRequest
@@ -40,33 +37,12 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def check_model(model: str | None, facts: ModelFacts) -> None:
-    """No `model` means the loaded one (as llama.cpp, mlx_lm.server and vLLM do)."""
-    if model is not None and model != facts.model_id:
-        raise model_not_found(model)
-
-
-def start_job(state: ServerState, plan: CompletionPlan, prefix: str, request: Request) -> Job:
-    job = Job(
-        id=f"{prefix}-{uuid.uuid4().hex}",
-        plan=plan,
-        loop=asyncio.get_running_loop(),
-        deadline=time.monotonic() + state.live.request_timeout_s,
-    )
-    submit(state, job)
-    record = request_record(request)
-    record.update(request_id=job.id, prompt_tokens=sum(len(p) for p in plan.prompts))
-    return job
-
-
 @router.post("/v1/completions", response_model=None, responses=RESPONSES)
 async def create_completion(
     body: CompletionRequest, request: Request
 ) -> JSONResponse | StreamingResponse:
     state: ServerState = request.app.state.draftwise
-    check_accepting(state)
-    facts = state.model_facts()
-    check_model(body.model, facts)
+    facts = serving_facts(state, body.model)
     plan = build_plan(body, facts, state.live)
     job = start_job(state, plan, "cmpl", request)
     header = {"id": job.id, "object": "text_completion", "created": int(time.time())}

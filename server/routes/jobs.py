@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import structlog
 from fastapi import Request
 
-from server.errors import APIError, unavailable
-from server.generation import Chunk, Finished, Usage
+from server.errors import APIError, model_not_found, unavailable
+from server.generation import Chunk, CompletionPlan, Finished, Usage
+from server.plan import ModelFacts
 from server.state import ServerState
 from server.worker import Done, Event, Failed, Job, NotReady, QueueFull
 
@@ -43,6 +45,34 @@ def check_accepting(state: ServerState) -> None:
     if state.draining:
         state.metrics.rejections.labels(reason="draining").inc()
         raise shutting_down()
+
+
+def check_model(model: str | None, facts: ModelFacts) -> None:
+    """No `model` means the loaded one (as llama.cpp, mlx_lm.server and vLLM do)."""
+    if model is not None and model != facts.model_id:
+        raise model_not_found(model)
+
+
+def serving_facts(state: ServerState, model: str | None) -> ModelFacts:
+    """What every generating route checks first: not draining, the model loaded, and
+    the request's `model` (if any) the loaded one."""
+    check_accepting(state)
+    facts = state.model_facts()
+    check_model(model, facts)
+    return facts
+
+
+def start_job(state: ServerState, plan: CompletionPlan, prefix: str, request: Request) -> Job:
+    job = Job(
+        id=f"{prefix}-{uuid.uuid4().hex}",
+        plan=plan,
+        loop=asyncio.get_running_loop(),
+        deadline=time.monotonic() + state.live.request_timeout_s,
+    )
+    submit(state, job)
+    record = request_record(request)
+    record.update(request_id=job.id, prompt_tokens=sum(len(p) for p in plan.prompts))
+    return job
 
 
 def submit(state: ServerState, job: Job) -> None:

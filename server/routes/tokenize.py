@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Request
 
 from server.auth import require_api_key
 from server.errors import invalid
-from server.routes.completions import check_model
+from server.routes.jobs import check_model
 from server.schemas import DetokenizeRequest, TokenizeRequest
 from server.state import ServerState
 
