@@ -14,17 +14,19 @@ SEED_MIN = -(2**63)
 SEED_MAX = 2**64 - 1
 
 
-class StreamOptions(BaseModel):
+class Body(BaseModel):
+    """Every request body and its parts: strict types, unknown fields ignored."""
+
     model_config = ConfigDict(strict=True, extra="ignore")
 
+
+class StreamOptions(Body):
     include_usage: bool = False
 
 
-class GenerationFields(BaseModel):
+class GenerationFields(Body):
     """What both generating endpoints take. Unknown fields are ignored, as many clients
     send extras."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str | None = None  # None: the loaded model
     max_tokens: int | None = Field(None, ge=0)
@@ -52,33 +54,25 @@ class CompletionRequest(GenerationFields):
     best_of: int | None = Field(None, ge=1, le=MAX_N)
 
 
-class TextPart(BaseModel):
+class TextPart(Body):
     """A content part; only text is served (the model reads no images or audio)."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
 
     type: str
     text: str | None = None
 
 
-class FunctionCall(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
+class FunctionCall(Body):
     name: str
     arguments: str | dict[str, Any] = "{}"
 
 
-class ToolCall(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
+class ToolCall(Body):
     id: str | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
+class ChatMessage(Body):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -86,36 +80,30 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = None
 
 
-class FunctionSpec(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+class FunctionSpec(Body):
+    model_config = ConfigDict(extra="allow")  # strict, from Body
 
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
 
 
-class Tool(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
+class Tool(Body):
     type: Literal["function"]
     function: FunctionSpec
 
 
-class NamedFunction(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
+class NamedFunction(Body):
     name: str
 
 
-class NamedToolChoice(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
+class NamedToolChoice(Body):
     type: Literal["function"]
     function: NamedFunction
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+class ResponseFormat(Body):
+    model_config = ConfigDict(extra="allow")  # strict, from Body
 
     type: str
 
@@ -133,18 +121,14 @@ class ChatCompletionRequest(GenerationFields):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(Body):
     """POST /tokenize, in vLLM's shape (what lm-eval's remote tokenizer sends)."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str | None = None
     prompt: str
     add_special_tokens: bool = True
 
 
-class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
+class DetokenizeRequest(Body):
     model: str | None = None
     tokens: list[int]
