@@ -81,6 +81,34 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return responses
 
 
+# One server-sent event, as OpenAPI 3.2's itemSchema and schemathesis read a
+# text/event-stream body: an event at a time, {data, event, id, retry}.
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["data"],
+}
+
+
+def generation_responses(
+    answer: str, model: type[BaseModel] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """The responses of a generating route: the answer as JSON (`model`, when given), or
+    with stream=true server-sent events, and every error status it can send."""
+    ok: dict[str, Any] = {
+        "description": f"{answer}; with stream=true, server-sent events instead",
+        "content": {"text/event-stream": {"schema": SSE_EVENT}},
+    }
+    if model is not None:
+        ok["model"] = model
+    return {200: ok, **error_responses(400, 401, 404, 413, 429, 503, 504)}
+
+
 def install_openapi(app: FastAPI) -> None:
     """Generate the schema once, without the 422 responses FastAPI adds by default."""
 

@@ -19,7 +19,7 @@ from server.auth import require_api_key
 from server.chat import ChoiceState, ToolCallParser, chat_logprobs, render
 from server.errors import APIError, invalid
 from server.generation import Chunk, CompletionPlan, Finished
-from server.openapi import error_responses
+from server.openapi import generation_responses
 from server.plan import ModelFacts, build_plan
 from server.routes.jobs import (
     job_events,
@@ -36,13 +36,7 @@ from server.worker import Done, Job
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
-RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The chat completion; with stream=true, server-sent events instead",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    },
-    **error_responses(400, 401, 404, 413, 429, 503, 504),
-}
+RESPONSES = generation_responses("The chat completion")
 # A plan error about the prompt is about the messages it was rendered from.
 PARAM_NAMES = {"prompt": "messages", "logprobs": "top_logprobs"}
 

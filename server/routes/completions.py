@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.auth import require_api_key
 from server.generation import Chunk, Finished
-from server.openapi import CompletionResponse, error_responses
+from server.openapi import CompletionResponse, generation_responses
 from server.plan import build_plan
 from server.routes.jobs import (
     job_events,
@@ -27,14 +27,7 @@ from server.worker import Done, Job
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 
-RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "model": CompletionResponse,
-        "description": "The completion; with stream=true, server-sent events instead",
-        "content": {"text/event-stream": {"schema": {"type": "string"}}},
-    },
-    **error_responses(400, 401, 404, 413, 429, 503, 504),
-}
+RESPONSES = generation_responses("The completion", CompletionResponse)
 
 
 @router.post("/v1/completions", response_model=None, responses=RESPONSES)
