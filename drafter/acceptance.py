@@ -14,19 +14,26 @@ target's last row. Each emitted token is then distributed exactly as p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import mlx.core as mx
 
 from drafter.sampling import TokenChooser
 
 
-def accept_greedy(target_choice: list[int], drafts: list[int]) -> int:
-    """Length of the longest prefix with drafts[i] == target_choice[i]."""
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest prefix with a[i] == b[i]."""
     n = 0
-    for choice, draft in zip(target_choice, drafts, strict=False):
-        if choice != draft:
+    for x, y in zip(a, b, strict=False):
+        if x != y:
             break
         n += 1
     return n
+
+
+def accept_greedy(target_choice: list[int], drafts: list[int]) -> int:
+    """Drafts accepted greedily: as long as each equals the target's own choice."""
+    return common_prefix(target_choice, drafts)
 
 
 def accept_sampled(

@@ -25,6 +25,8 @@ import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
+from drafter.acceptance import common_prefix
+
 
 @dataclass
 class Entry:
@@ -41,15 +43,6 @@ class Restored:
     cache: list[Any]
     features: mx.array | None
     tokens: int
-
-
-def common_prefix(a: tuple[int, ...], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def state_bytes(cache: list[Any], features: mx.array | None) -> int:
