@@ -113,7 +113,7 @@ class Session:
         self.vocab = engine.vocab_size
         rollback.prepare(self.model)
         self.capture = installed(self.model, self.drafter.target_layer_ids)
-        self.cache = engine.make_cache()
+        self.cache: list[Any] = []  # the target's; prefill makes it (or restores it)
         self.draft_cache = self.drafter.make_cache(engine.stable_attention)
         self.chooser = TokenChooser(params)
         self.counts = mx.zeros((self.vocab,), mx.float32) if has_penalties(params) else None

@@ -36,7 +36,9 @@ class StaticDecoder:
         self.head_dim = config.get("head_dim") or config["hidden_size"] // self.heads
         self.eps = config["rms_norm_eps"]
         half = self.head_dim // 2
-        self.inv_freq = config["rope_theta"] ** (-torch.arange(half, dtype=torch.float32) / half)
+        device = model.model.embed_tokens.weight.device  # once, not per decode step
+        steps = torch.arange(half, dtype=torch.float32, device=device)
+        self.inv_freq = config["rope_theta"] ** (-steps / half)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         # x (b, h, L, d); cos/sin (b, 1, L, d/2): rotate the two halves (non-traditional).
@@ -82,7 +84,7 @@ class StaticDecoder:
     def _forward(self, ids, positions, keys, values, start, mask) -> torch.Tensor:
         """Logits of the last row; writes K/V columns start..start+L-1."""
         x = self.model.model.embed_tokens(ids)
-        angles = positions.float()[:, None, :, None] * self.inv_freq.to(ids.device)
+        angles = positions.float()[:, None, :, None] * self.inv_freq
         cos, sin = angles.cos(), angles.sin()
         for i in range(len(self.layers)):
             x = self._layer(i, x, cos, sin, keys, values, start, mask)
