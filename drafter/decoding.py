@@ -6,6 +6,7 @@ internals.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,9 +51,22 @@ def prefill(model: nn.Module, prompt: list[int], cache: list[Any]) -> mx.array:
 def prefill_tapped(
     model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
 ) -> tuple[mx.array, list[mx.array]]:
-    """Run the prompt through the target in PREFILL_STEP chunks (each evaluated, so
-    memory stays bounded); return the last row's logits (V,) and, with a `capture`
-    (drafter/capture.py), each chunk's tapped features."""
+    """The whole prefill at once: see `prefill_steps`."""
+    steps = prefill_steps(model, prompt, cache, capture)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def prefill_steps(
+    model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
+) -> Generator[None, None, tuple[mx.array, list[mx.array]]]:
+    """Run the prompt through the target in PREFILL_STEP chunks, each evaluated (so
+    memory stays bounded) and followed by a yield (so a batch decodes between them);
+    return the last row's logits (V,) and, with a `capture` (drafter/capture.py), each
+    chunk's tapped features."""
     tokens = mx.array(prompt)
     features: list[mx.array] = []
     while tokens.size > PREFILL_STEP:
@@ -60,6 +74,7 @@ def prefill_tapped(
         features += [capture.features()] if capture is not None else []
         mx.eval([c.state for c in cache], features[-1:])
         tokens = tokens[PREFILL_STEP:]
+        yield
     logits = model(tokens[None], cache=cache)[0, -1]
     features += [capture.features()] if capture is not None else []
     return logits, features

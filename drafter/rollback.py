@@ -124,6 +124,32 @@ def snapshot(entry: Any) -> Snapshot:
     raise TypeError(f"speculative rollback does not support {type(entry).__name__} caches")
 
 
+def record_inputs(entry: ArraysCache) -> Recording:
+    """Arm a batch's stacked ArraysCache (drafter/batch.py) so its hooked module records
+    what it is fed; `lend_recording` then gives each request its row."""
+    recording = Recording()
+    _ARMED[entry] = recording
+    return recording
+
+
+def disarm(entry: ArraysCache) -> None:
+    _ARMED.pop(entry, None)
+
+
+def lend_recording(ckpt: Checkpoint, layer: int, recording: Recording, row: int) -> None:
+    """Hand row `row` of a batched layer's recording to one request's checkpoint, as if
+    that request's own cache had been fed alone; its rollback then re-runs that row."""
+    snap = ckpt.snapshots[layer]
+    if not isinstance(snap, ArraysSnapshot):
+        raise TypeError(f"layer {layer} has no ArraysCache checkpoint")
+    if recording.inputs is None:
+        return
+    snap.recording.module = recording.module
+    snap.recording.inputs = recording.inputs[row : row + 1]
+    mask = recording.mask
+    snap.recording.mask = None if mask is None else mask[row : row + 1]
+
+
 def view(array: mx.array | None) -> mx.array | None:
     """A new array object over the same data, unaffected by later in-place
     updates of `array` (`a[i] = x`, `a -= n` rebind the object itself)."""

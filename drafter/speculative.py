@@ -10,9 +10,15 @@
       rollback the target cache to the anchor + accepted rows; their captured
               features extend the drafter's context
 
-The width B is fixed for the whole request. Row i's penalty counts include
-the drafts before it, so a row's choice equals what classic decode would
-choose after the same tokens.
+The width B is fixed for a solo request; in a batch (drafter/batch.py) each
+round may verify fewer rows, down to 1 (a classic decode step: no drafts).
+Row i's penalty counts include the drafts before it, so a row's choice equals
+what classic decode would choose after the same tokens.
+
+A round runs in three phases so that a batch can share the verify forward:
+`open` (draft, checkpoint), the target forward over `Round.tokens`, `judge`
+(lazy choices), one host sync over `Round.arrays`, then `close` (accept,
+rollback, count).
 
 A round costs one drafter forward, one target forward and, on the greedy
 path, one host sync: every row's log-probabilities and choice are one
@@ -25,7 +31,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
@@ -33,7 +40,7 @@ import mlx.nn as nn
 
 from drafter import acceptance, rollback
 from drafter.capture import installed
-from drafter.decoding import Drafter, GenerationStats, Token, make_tokens, prefill_tapped
+from drafter.decoding import Drafter, GenerationStats, Token, make_tokens, prefill_steps
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -86,8 +93,39 @@ class RoundTimer:
         self.mark("rest")
 
 
+@dataclass
+class Round:
+    """One round in flight. drafts: the B-1 drafted ids (lazy); after `judge`, rows:
+    (B, V) reported logprobs, and choices (greedy) or target (sampled: the
+    distribution each row samples from)."""
+
+    anchor: int
+    width: int
+    drafts: mx.array
+    draft_logprobs: mx.array | None
+    ckpt: rollback.Checkpoint
+    rows: mx.array | None = None
+    choices: mx.array | None = None
+    target: mx.array | None = None
+    verified: mx.array | None = None  # (1, B, F) tapped features of the verify rows
+
+    @property
+    def tokens(self) -> mx.array:
+        """The rows the target verifies: [anchor, d1 .. d(B-1)]."""
+        anchor = mx.array([self.anchor])
+        return anchor if self.width == 1 else mx.concatenate([anchor, self.drafts])
+
+    def arrays(self) -> list[mx.array]:
+        """What the round's one host sync evaluates."""
+        arrays = [self.drafts, self.choices if self.choices is not None else self.target]
+        return arrays + ([] if self.draft_logprobs is None else [self.draft_logprobs])
+
+
 class Session:
-    """One request's speculative state; tests read `cache` between rounds."""
+    """One request's decoding state; tests read `cache` between rounds.
+
+    With a drafter, rounds speculate; without one (or at width 1) a round is a
+    classic decode step, which is how a batch runs target-only requests."""
 
     def __init__(
         self,
@@ -100,53 +138,69 @@ class Session:
     ):
         self.engine = engine
         self.model: nn.Module = engine.model
-        if engine.drafter is None:
-            raise ValueError("speculative decoding needs a drafter")
-        self.drafter: Drafter = engine.drafter
-        self.width: int = engine.block_size if width is None else width
-        if self.width is None or self.width < 2:
-            raise ValueError(f"speculative decoding needs a block width >= 2, got {self.width}")
+        self.drafter: Drafter | None = engine.drafter
+        self.width: int = (engine.block_size or 1) if width is None else width
+        if self.width < 1 or (self.width > 1 and self.drafter is None):
+            raise ValueError(f"a block width of {self.width} needs a drafter and >= 1")
         self.params = params
         self.stats = stats
         self.timer = timer
         self.eos_ids = set() if ignore_eos else engine.eos_ids
         self.vocab = engine.vocab_size
         rollback.prepare(self.model)
-        self.capture = installed(self.model, self.drafter.target_layer_ids)
+        self.capture = None
+        self.draft_cache: list[Any] = []
+        if self.drafter is not None:
+            self.capture = installed(self.model, self.drafter.target_layer_ids)
+            self.draft_cache = self.drafter.make_cache(engine.stable_attention)
         self.cache: list[Any] = []  # the target's; prefill makes it (or restores it)
-        self.draft_cache = self.drafter.make_cache(engine.stable_attention)
+        self.context: mx.array | None = None  # features not yet in the drafter's context
         self.chooser = TokenChooser(params)
         self.counts = mx.zeros((self.vocab,), mx.float32) if has_penalties(params) else None
-        stats.block_size = self.width
-        if len(stats.accepted_per_position) < self.width - 1:
-            stats.accepted_per_position.extend([0] * (self.width - 1))
+        if self.drafter is not None:
+            stats.block_size = self.width
+        missing = self.width - 1 - len(stats.accepted_per_position)
+        stats.accepted_per_position.extend([0] * max(missing, 0))
 
     def mark(self, stage: str, *arrays: Any) -> None:
         if self.timer is not None:
             self.timer.mark(stage, *arrays)
 
-    def prefill(self, prompt: list[int]) -> tuple[mx.array, mx.array]:
+    def prefill_chunks(self, prompt: list[int]) -> Generator[None, None, None]:
         """Feed the prompt as classic decode does (after what the prompt cache holds of
-        it); return its last logits row and the tapped features of every prompt row."""
-        self.cache, start, cached = self.engine.start_cache(prompt, self.stats, features=True)
-        logits, features = prefill_tapped(self.model, prompt[start:], self.cache, self.capture)
-        everything = mx.concatenate(([] if cached is None else [cached]) + features, axis=1)
+        it), one evaluated chunk per step; then choose the first token (`self.first`)."""
+        self.cache, start, cached = self.engine.start_cache(
+            prompt, self.stats, features=self.capture is not None
+        )
+        logits, features = yield from prefill_steps(
+            self.model, prompt[start:], self.cache, self.capture
+        )
+        everything = None
+        if self.capture is not None:
+            everything = mx.concatenate(([] if cached is None else [cached]) + features, axis=1)
         self.engine.remember(prompt, self.cache, everything)
-        return logits, everything
+        self.context = everything
+        logprobs = token_logprobs(logits, self.counts, self.params)
+        anchor = self.chooser.choose(logprobs).item()
+        self.count([anchor])
+        self.first = make_tokens([anchor], logprobs[None], self.params)
+
+    def prefill(self, prompt: list[int]) -> list[Token]:
+        """The whole prefill at once; returns the first token."""
+        for _ in self.prefill_chunks(prompt):
+            pass
+        return self.first
 
     def generate(self, prompt: list[int], max_tokens: int) -> Iterator[list[Token]]:
         if max_tokens <= 0:
             return
-        logits, features = self.prefill(prompt)
-        logprobs = token_logprobs(logits, self.counts, self.params)
-        anchor = self.chooser.choose(logprobs).item()
-        self.count([anchor])
-        yield make_tokens([anchor], logprobs[None], self.params)
-        emitted = 1
+        out = self.prefill(prompt)
+        yield out
+        emitted, anchor = 1, out[0].id
         while emitted < max_tokens and anchor not in self.eos_ids:
             if self.timer is not None:
                 self.timer.begin()
-            tokens, rows, features = self.round(anchor, features, max_tokens - emitted)
+            tokens, rows = self.round(anchor, max_tokens - emitted)
             emitted += len(tokens)
             anchor = tokens[-1]
             out = make_tokens(tokens, rows, self.params)
@@ -155,50 +209,73 @@ class Session:
             yield out
 
     def round(
-        self, anchor: int, features: mx.array, budget: int
-    ) -> tuple[list[int], mx.array, mx.array]:
-        """One draft-verify-accept round emitting at most `budget` tokens; returns
-        them, the (n, V) logprob rows they were chosen from, and the kept rows' features.
+        self, anchor: int, budget: int, width: int | None = None
+    ) -> tuple[list[int], mx.array]:
+        """One draft-verify-accept round, alone, at `width` rows (default: the
+        session's): see `open`, `judge` and `close`."""
+        current = self.open(anchor, self.width if width is None else width)
+        self.mark("draft", current.drafts)
+        logits = self.model(current.tokens[None], cache=self.cache)[0]
+        verified = None if self.capture is None else self.capture.features()
+        self.mark("verify", logits, *([] if verified is None else [verified]))
+        self.judge(current, logits, verified)
+        self.mark("choose", *current.arrays()[1:])
+        mx.eval(current.arrays())  # the round's one host sync
+        return self.close(current, budget)
+
+    def open(self, anchor: int, width: int) -> Round:
+        """Draft the round's B-1 tokens (lazy) and checkpoint the target cache; the
+        caller then runs the target over `tokens` (alone, or batched with others)."""
+        drafts, draft_logprobs = mx.array([], dtype=mx.int32), None
+        if width > 1:
+            drafts, draft_logprobs = self.draft(anchor, width)
+        return Round(anchor, width, drafts, draft_logprobs, rollback.checkpoint(self.cache))
+
+    def judge(self, current: Round, logits: mx.array, verified: mx.array | None) -> None:
+        """Choose for every verify row at once (lazy). logits: (B, V) for this request."""
+        current.verified = verified
+        current.rows = self.row_logprobs(logits, current.drafts)  # row i as classic decode
+        if self.params.greedy:
+            current.choices = self.chooser.choose(current.rows)
+        elif current.width == 1:
+            current.choices = self.chooser.choose(current.rows[0])[None]
+        else:
+            current.target = sampling_logprobs(current.rows, self.params)
+
+    def close(self, current: Round, budget: int) -> tuple[list[int], mx.array]:
+        """Accept, emit at most `budget` tokens, roll the target back to them; returns
+        them and the (n, V) logprob rows they were chosen from. Call after the sync.
 
         The target cache keeps the anchor and every emitted token but the last
         (the next anchor): exactly what classic decode has fed at that point."""
-        drafts, draft_logprobs = self.draft(anchor, features)
-        self.mark("draft", drafts)
-        ckpt = rollback.checkpoint(self.cache)
-        verify = mx.concatenate([mx.array([anchor]), drafts])
-        logits = self.model(verify[None], cache=self.cache)[0]
-        verified = self.capture.features()
-        self.mark("verify", logits, verified)
-        rows = self.row_logprobs(logits, drafts)  # (B, V): row i as classic decode would
-        if self.params.greedy:
-            choices = self.chooser.choose(rows)
-            self.mark("choose", choices)
-            mx.eval(drafts, choices)  # the round's one host sync
-            draft_list = drafts.tolist()
-            choice_list = choices.tolist()
+        draft_list = current.drafts.tolist()
+        if current.choices is not None:
+            choice_list = current.choices.tolist()
             n = acceptance.accept_greedy(choice_list, draft_list)
             next_token = choice_list[n]
-            self.mark("sync")
         else:
-            target = sampling_logprobs(rows, self.params)
-            self.mark("choose", target)
-            mx.eval(drafts, target, draft_logprobs)
-            draft_list = drafts.tolist()
             n, next_token = acceptance.accept_sampled(
-                target, draft_logprobs, draft_list, self.chooser
+                current.target, current.draft_logprobs, draft_list, self.chooser
             )
-            self.mark("sync")
-        self.record(n)
+        self.mark("sync")
+        self.record(n, current.width)
         tokens = self.truncate(draft_list[:n] + [next_token], budget)
         kept = len(tokens)  # the anchor and the emitted drafts
-        rollback.rollback(self.cache, ckpt, kept, self.width)
+        rollback.rollback(self.cache, current.ckpt, kept, current.width)
         self.mark("rollback", [c.state for c in self.cache])
         self.count(tokens)
-        return tokens, rows[:kept], verified[:, :kept]
+        if current.verified is not None:
+            kept_features = current.verified[:, :kept]
+            parts = [kept_features] if self.context is None else [self.context, kept_features]
+            self.context = mx.concatenate(parts, axis=1) if len(parts) > 1 else kept_features
+        return tokens, current.rows[:kept]
 
-    def draft(self, anchor: int, features: mx.array) -> tuple[mx.array, mx.array | None]:
-        """B-1 draft tokens (lazy) and, when sampling, the distribution they came from."""
-        logits = self.drafter.draft_logits(anchor, features, self.draft_cache, self.width)
+    def draft(self, anchor: int, width: int) -> tuple[mx.array, mx.array | None]:
+        """B-1 draft tokens (lazy) and, when sampling, the distribution they came from.
+        The drafter takes in the context features gathered since its last block."""
+        assert self.drafter is not None and self.context is not None
+        logits = self.drafter.draft_logits(anchor, self.context, self.draft_cache, width)
+        self.context = None
         if self.params.greedy:
             return mx.argmax(logits, axis=-1), None
         logprobs = sampling_logprobs(token_logprobs(logits, None, self.params), self.params)
@@ -209,6 +286,8 @@ class Session:
         after the same tokens: row i's penalty counts include drafts 1..i."""
         if self.counts is None:
             return token_logprobs(logits, None, self.params)
+        if drafts.size == 0:
+            return token_logprobs(logits, self.counts[None], self.params)
         seen = mx.concatenate(
             [mx.zeros((1, self.vocab)), mx.cumsum(one_hots(drafts, self.vocab), 0)]
         )
@@ -226,9 +305,11 @@ class Session:
                 return tokens[: i + 1]
         return tokens
 
-    def record(self, n_accepted: int) -> None:
+    def record(self, n_accepted: int, width: int) -> None:
+        if width == 1:
+            return  # a classic step: nothing drafted
         self.stats.rounds += 1
-        self.stats.drafted += self.width - 1
+        self.stats.drafted += width - 1
         self.stats.accepted += n_accepted
         for i in range(n_accepted):
             self.stats.accepted_per_position[i] += 1
