@@ -122,6 +122,7 @@ class Sequence:
     anchor: int | None = None  # the last emitted token: the next round's first row
     prefill: Generator[None, None, None] | None = None
     tokens: list[Token] = field(default_factory=list)  # what the last step emitted
+    accepted: int = 0  # drafts the last round kept
 
     @property
     def decoding(self) -> bool:
@@ -202,11 +203,15 @@ class BatchDecoder:
 
     def solo_round(self, sequence: Sequence, width: int) -> None:
         assert sequence.anchor is not None
+        before = sequence.stats.accepted
         budget = sequence.max_tokens - sequence.emitted
         tokens, rows = sequence.session.round(sequence.anchor, budget, width)
+        sequence.accepted = sequence.stats.accepted - before
         sequence.emit(tokens, rows)
 
     def close(self, sequence: Sequence, current: Round) -> None:
+        before = sequence.stats.accepted
         budget = sequence.max_tokens - sequence.emitted
         tokens, rows = sequence.session.close(current, budget)
+        sequence.accepted = sequence.stats.accepted - before
         sequence.emit(tokens, rows)

@@ -9,66 +9,12 @@ legacy logprobs, and reports them through `emit`. Between rounds it asks
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from drafter.decoding import GenerationStats, Token
 from drafter.engine import Engine
-from drafter.sampling import SamplingParams
+from server.events import ChoicePlan, Chunk, CompletionPlan, Finished, Usage
 from server.textstream import Piece, Placed, TextStream
-
-
-@dataclass(frozen=True)
-class ChoicePlan:
-    index: int
-    prompt: int  # index into CompletionPlan.prompts
-    params: SamplingParams
-
-
-@dataclass(frozen=True)
-class CompletionPlan:
-    prompts: list[list[int]]
-    choices: list[ChoicePlan]
-    max_tokens: int
-    stop: tuple[str, ...] = ()
-    echo: bool = False
-    logprobs: int | None = None
-    ignore_eos: bool = False  # EOS is an ordinary token; only max_tokens (or stop) ends
-
-
-@dataclass(frozen=True)
-class Chunk:
-    index: int
-    text: str
-    logprobs: dict[str, list[Any]] | None
-    eos: bool = False  # the end-of-sequence token's logprob only (its text is never shown)
-
-
-@dataclass(frozen=True)
-class Finished:
-    index: int
-    finish_reason: str
-    completion_tokens: int
-
-
-@dataclass
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    stats: GenerationStats = field(default_factory=GenerationStats)
-
-    def add_stats(self, stats: GenerationStats) -> None:
-        total = self.stats
-        total.block_size = stats.block_size or total.block_size
-        total.cached_tokens += stats.cached_tokens
-        total.rounds += stats.rounds
-        total.drafted += stats.drafted
-        total.accepted += stats.accepted
-        for position, count in enumerate(stats.accepted_per_position):
-            if position < len(total.accepted_per_position):
-                total.accepted_per_position[position] += count
-            else:
-                total.accepted_per_position.append(count)
 
 
 class Stopped(Exception):
@@ -86,77 +32,108 @@ ShouldStop = Callable[[], str | None]
 def run_completion(
     engine: Engine, plan: CompletionPlan, emit: Emit, should_stop: ShouldStop
 ) -> Usage:
+    """The whole request alone, choice after choice (the scheduler in server/scheduler.py
+    runs the same `ChoiceRun`s batched with other requests)."""
     usage = Usage(prompt_tokens=sum(len(prompt) for prompt in plan.prompts))
     names = TokenNames(engine.tokenizer)
-    echoes: dict[int, tuple[str, dict[str, list[Any]] | None]] = {}
+    echoes = Echoes(engine, plan, names)
     for choice in plan.choices:
         if (reason := should_stop()) is not None:
             raise Stopped(reason)
-        prompt = plan.prompts[choice.prompt]
-        offset = 0
-        if plan.echo:
-            if choice.prompt not in echoes:
-                echoes[choice.prompt] = echo_prompt(engine, prompt, plan.logprobs, names)
-            text, logprobs = echoes[choice.prompt]
-            emit(Chunk(choice.index, text, logprobs))
-            offset = len(text)
-        stats = GenerationStats()
-        finished = run_choice(engine, plan, choice, prompt, offset, names, emit, should_stop, stats)
+        run = ChoiceRun(engine, plan, choice, names, emit, echoes.emit(choice, emit))
+        rounds = engine.generate(
+            run.prompt, plan.max_tokens, choice.params, run.stats, plan.ignore_eos
+        )
+        for round_tokens in rounds:
+            if run.push(round_tokens):
+                break
+            if (reason := should_stop()) is not None:
+                raise Stopped(reason)
+        finished = run.finish()
         usage.completion_tokens += finished.completion_tokens
-        usage.add_stats(stats)
+        usage.add_stats(run.stats)
         emit(finished)
     return usage
 
 
-def run_choice(
-    engine: Engine,
-    plan: CompletionPlan,
-    choice: ChoicePlan,
-    prompt: list[int],
-    offset: int,
-    names: TokenNames,
-    emit: Emit,
-    should_stop: ShouldStop,
-    stats: GenerationStats,
-) -> Finished:
-    stream = TextStream(engine.tokenizer, plan.stop)
-    eos = set() if plan.ignore_eos else engine.eos_ids
-    generated = 0
-    finish_reason = "length"
+class Echoes:
+    """With `echo`, each choice's text starts with its prompt (scored once per prompt)."""
 
-    def send(piece: Piece) -> None:
+    def __init__(self, engine: Engine, plan: CompletionPlan, names: TokenNames):
+        self.engine, self.plan, self.names = engine, plan, names
+        self.done: dict[int, tuple[str, dict[str, list[Any]] | None]] = {}
+
+    def emit(self, choice: ChoicePlan, emit: Emit) -> int:
+        """Emit the echo for `choice` (if asked); returns the text offset it leaves."""
+        if not self.plan.echo:
+            return 0
+        if choice.prompt not in self.done:
+            prompt = self.plan.prompts[choice.prompt]
+            self.done[choice.prompt] = echo_prompt(
+                self.engine, prompt, self.plan.logprobs, self.names
+            )
+        text, logprobs = self.done[choice.prompt]
+        emit(Chunk(choice.index, text, logprobs))
+        return len(text)
+
+
+class ChoiceRun:
+    """One choice's text as its tokens arrive, a round at a time: stop strings, EOS,
+    legacy logprobs. One event per round, not per token: each event wakes the event
+    loop, whose work then competes with the round loop for the GIL."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        plan: CompletionPlan,
+        choice: ChoicePlan,
+        names: TokenNames,
+        emit: Emit,
+        offset: int = 0,
+    ):
+        self.plan, self.choice, self.names, self.emit = plan, choice, names, emit
+        self.prompt = plan.prompts[choice.prompt]
+        self.offset = offset
+        self.stream = TextStream(engine.tokenizer, plan.stop)
+        self.eos = set() if plan.ignore_eos else engine.eos_ids
+        self.stats = GenerationStats()
+        self.generated = 0
+        self.finish_reason = "length"
+        self.eos_token: Token | None = None
+
+    def send(self, piece: Piece) -> None:
         if piece:
-            logprobs = names.legacy(piece.tokens, offset) if plan.logprobs is not None else None
-            emit(Chunk(choice.index, piece.text, logprobs))
+            legacy = self.plan.logprobs is not None
+            logprobs = self.names.legacy(piece.tokens, self.offset) if legacy else None
+            self.emit(Chunk(self.choice.index, piece.text, logprobs))
 
-    # One event per round, not per token: each event wakes the event loop, whose work
-    # then competes with the round loop for the GIL.
-    rounds = engine.generate(prompt, plan.max_tokens, choice.params, stats, plan.ignore_eos)
-    eos_token: Token | None = None
-    for round_tokens in rounds:
+    def push(self, round_tokens: list[Token]) -> bool:
+        """Take one round's tokens; True once the choice has stopped (EOS or a stop
+        string). Reaching max_tokens is the caller's to notice."""
         released = Piece()
         for token in round_tokens:
-            generated += 1
-            if token.id in eos:
-                finish_reason, eos_token = "stop", token
+            self.generated += 1
+            if token.id in self.eos:
+                self.finish_reason, self.eos_token = "stop", token
                 break
-            piece = stream.push(token)
+            piece = self.stream.push(token)
             released = Piece(released.text + piece.text, released.tokens + piece.tokens)
-            if stream.stopped:
-                finish_reason = "stop"
+            if self.stream.stopped:
+                self.finish_reason = "stop"
                 break
-        send(released)
-        if finish_reason == "stop":
-            break
-        if (reason := should_stop()) is not None:
-            raise Stopped(reason)
-    send(stream.finish())
-    if eos_token is not None and plan.logprobs is not None:
-        # Scoring clients (lm-eval) read the last entry as the generated token: it is
-        # in the logprobs, though its text is not in `text`.
-        end = Placed(eos_token, len(stream.text), len(stream.text))
-        emit(Chunk(choice.index, "", names.legacy([end], offset), eos=True))
-    return Finished(choice.index, finish_reason, generated)
+        self.send(released)
+        return self.finish_reason == "stop"
+
+    def finish(self) -> Finished:
+        """Flush held-back text; returns the choice's Finished event (not yet emitted)."""
+        self.send(self.stream.finish())
+        if self.eos_token is not None and self.plan.logprobs is not None:
+            # Scoring clients (lm-eval) read the last entry as the generated token: it is
+            # in the logprobs, though its text is not in `text`.
+            text = self.stream.text
+            end = Placed(self.eos_token, len(text), len(text))
+            self.emit(Chunk(self.choice.index, "", self.names.legacy([end], self.offset), eos=True))
+        return Finished(self.choice.index, self.finish_reason, self.generated)
 
 
 def echo_prompt(

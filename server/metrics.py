@@ -68,6 +68,23 @@ class Metrics:
         self.prompt_cache_bytes = Gauge(
             "draftwise_prompt_cache_bytes", "Bytes held by the prompt cache", registry=r
         )
+        self.batch_size = Gauge(
+            "draftwise_batch_size", "Sequences in the last decoding step", registry=r
+        )
+        self.batch_step_tokens = Histogram(
+            "draftwise_batch_step_tokens",
+            "Tokens one decoding step emitted across the batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128),
+            registry=r,
+        )
+        self.batch_width = Counter(
+            "draftwise_batch_width_decisions",
+            "Decoding steps by verify width (1 = classic) and why it was chosen "
+            "(single: one sequence, at the resolved width; explore/reprobe: measuring; "
+            "goodput: the most expected tokens per second)",
+            ["width", "reason"],
+            registry=r,
+        )
         self.prompt_cache_seen = (0, 0, 0)  # the cache's (hits, misses, tokens) last recorded
 
     def record_prompt_cache(self, cache: PromptCache | None) -> None:

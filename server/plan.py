@@ -11,7 +11,7 @@ from typing import Any
 
 from drafter.sampling import SamplingParams
 from server.errors import invalid
-from server.generation import ChoicePlan, CompletionPlan
+from server.events import ChoicePlan, CompletionPlan
 from server.schemas import MAX_CHOICES, MAX_STOPS, CompletionRequest
 from server.settings import LiveSettings
 

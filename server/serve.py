@@ -87,6 +87,7 @@ def serve(
         lambda: load_engine(options),
         settings.max_queue_depth,
         metrics,
+        max_batch_size=settings.max_batch_size,
         on_load_failed=on_load_failed,
         on_loaded=on_loaded,
     )

@@ -154,6 +154,13 @@ class ServeSettings(BaseSettings):
     max_queue_depth: int = setting(
         64, scope="startup", help="requests allowed to wait; beyond it, 429", ge=1
     )
+    max_batch_size: int = setting(
+        8,
+        scope="worker",
+        help="sequences (choices) decoded together in one batch; 1: one at a time",
+        ge=1,
+        le=256,
+    )
     default_max_tokens: MaxTokens = setting(
         16, scope="live", help="max_tokens when a request omits it"
     )

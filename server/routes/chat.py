@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from server.auth import require_api_key
 from server.chat import ChoiceState, ToolCallParser, chat_logprobs, render
 from server.errors import APIError, invalid
-from server.generation import Chunk, CompletionPlan, Finished
+from server.events import Chunk, CompletionPlan, Done, Finished, Job
 from server.openapi import generation_responses
 from server.plan import ModelFacts, build_plan
 from server.routes.jobs import (
@@ -32,7 +32,6 @@ from server.routes.jobs import (
 from server.schemas import ChatCompletionRequest, CompletionRequest
 from server.settings import LiveSettings
 from server.state import ServerState
-from server.worker import Done, Job
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 

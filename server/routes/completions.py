@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.auth import require_api_key
-from server.generation import Chunk, Finished
+from server.events import Chunk, Done, Finished, Job
 from server.openapi import CompletionResponse, generation_responses
 from server.plan import build_plan
 from server.routes.jobs import (
@@ -23,7 +23,6 @@ from server.routes.jobs import (
 )
 from server.schemas import CompletionRequest
 from server.state import ServerState
-from server.worker import Done, Job
 
 router = APIRouter(dependencies=[Depends(require_api_key)])
 

@@ -18,10 +18,10 @@ import structlog
 from fastapi import Request
 
 from server.errors import APIError, model_not_found, unavailable
-from server.generation import Chunk, CompletionPlan, Finished, Usage
+from server.events import Chunk, CompletionPlan, Done, Event, Failed, Finished, Job, Usage
 from server.plan import ModelFacts
 from server.state import ServerState
-from server.worker import Done, Event, Failed, Job, NotReady, QueueFull
+from server.worker import NotReady, QueueFull
 
 log = structlog.get_logger("draftwise.http")
 

@@ -44,6 +44,7 @@ def read_only_values(state: ServerState) -> dict[str, Any]:
     values["policy_file"] = str(settings.policy_file) if settings.policy_file else None
     values["api_key"] = "<set>" if settings.api_key else None
     values["draft_kind"] = settings.draft_kind
+    values["max_batch_size"] = settings.max_batch_size
     if loaded is None:
         values["model"] = settings.model
         values["draft_model"] = settings.draft_model

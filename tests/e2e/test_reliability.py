@@ -30,7 +30,9 @@ ONE_ROUND_S = 0.5
 @pytest.fixture(scope="module")
 def tight(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     port = free_port()
+    # A batch of one and a queue of one: the second request waits, the third is refused.
     args = ["--model", str(tiny_model), "--port", str(port), "--max-queue-depth", "1"]
+    args += ["--max-batch-size", "1"]
     args += ["--max-body-bytes", str(BODY_LIMIT), "--cors-allow-origins", ORIGIN]
     log = tmp_path_factory.mktemp("tight") / "server.log"
     process = ServerProcess(args, clean_environ(DRAFTWISE_API_KEY=API_KEY), log, port, API_KEY)

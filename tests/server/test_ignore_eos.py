@@ -9,7 +9,8 @@ from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 from drafter.tiny import EOS, VOCAB, write_tiny_model
-from server.generation import ChoicePlan, Chunk, CompletionPlan, Finished, run_completion
+from server.events import ChoicePlan, Chunk, CompletionPlan, Finished
+from server.generation import run_completion
 
 EOS_ID = VOCAB - 1
 ALWAYS_EOS = SamplingParams(temperature=0.0, logit_bias={EOS_ID: 100.0})
