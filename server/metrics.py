@@ -68,8 +68,11 @@ class Metrics:
         self.prompt_cache_bytes = Gauge(
             "draftwise_prompt_cache_bytes", "Bytes held by the prompt cache", registry=r
         )
-        self.batch_size = Gauge(
-            "draftwise_batch_size", "Sequences in the last decoding step", registry=r
+        self.batch_size = Histogram(
+            "draftwise_batch_size",
+            "Sequences per decoding step",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
         )
         self.batch_step_tokens = Histogram(
             "draftwise_batch_step_tokens",

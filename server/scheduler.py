@@ -192,7 +192,7 @@ class Scheduler:
     def record_decision(
         self, width: int, reason: str, batch: int, expected: dict[int, float]
     ) -> None:
-        self.metrics.batch_size.set(batch)
+        self.metrics.batch_size.observe(batch)
         self.metrics.batch_width.labels(width=str(width), reason=reason).inc()
         if reason == "goodput" and width != self.width:
             estimates = {str(w): round(v, 1) for w, v in expected.items()}

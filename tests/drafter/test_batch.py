@@ -1,0 +1,194 @@
+"""Batched rounds: every request's output is the one it gets alone, however the batch
+around it changes."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from mlx_lm import load
+
+from drafter.batch import BatchDecoder, Sequence
+from drafter.decoding import GenerationStats
+from drafter.dflash import load_drafter, write_random_drafter
+from drafter.engine import Engine
+from drafter.sampling import SamplingParams
+from drafter.tiny import write_tiny_model
+
+WIDTH = 4
+
+
+@dataclass
+class Pair:
+    model: Any
+    tokenizer: Any
+    drafter: Any
+
+
+@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
+def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    root = tmp_path_factory.mktemp(f"batch-{request.param}")
+    target_dir = write_tiny_model(root / "target", request.param, seed=2)
+    model, tokenizer = load(str(target_dir))
+    drafter_dir = write_random_drafter(root / "drafter", target_dir, num_layers=1, seed=3)
+    return Pair(model, tokenizer, load_drafter(drafter_dir, model))
+
+
+def engine(pair: Pair, speculative: bool) -> Engine:
+    return Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=pair.drafter if speculative else None,
+        block_size=WIDTH if speculative else None,
+    )
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    max_tokens: int
+    params: SamplingParams
+    joins_at: int  # the step it is started at
+    cancel_at: int | None = None
+
+
+def requests(count: int, seed: int = 0, params: SamplingParams | None = None) -> list[Request]:
+    """Prompts of 3 to 60 tokens, 6 to 30 new tokens, joining every other step."""
+    rng = random.Random(seed)
+    return [
+        Request(
+            [rng.randrange(1, 250) for _ in range(rng.randrange(3, 60))],
+            rng.randrange(6, 30),
+            params or SamplingParams(),
+            joins_at=2 * i,
+        )
+        for i in range(count)
+    ]
+
+
+def solo(eng: Engine, request: Request) -> list[int]:
+    rounds = eng.generate(request.prompt, request.max_tokens, request.params, ignore_eos=True)
+    return [token.id for tokens in rounds for token in tokens]
+
+
+def batched(
+    eng: Engine, reqs: list[Request], widths: list[int] | None = None
+) -> dict[int, list[int]]:
+    """Run the requests through one BatchDecoder as a scheduler would: joins at their
+    step, one prefill chunk each per step, one batched round over the decoding ones
+    (at widths[step % len(widths)]), leaves when done or cancelled."""
+    decoder = BatchDecoder(eng)
+    outputs: dict[int, list[int]] = {}
+    live: dict[int, Sequence] = {}
+    step = 0
+    while len(outputs) < len(reqs) or live:
+        for i, req in enumerate(reqs):
+            if req.joins_at == step:
+                stats = GenerationStats()
+                live[i] = decoder.start(req.prompt, req.max_tokens, req.params, stats, True)
+                outputs[i] = []
+            if req.cancel_at == step and i in live:
+                del live[i]
+        for i, sequence in live.items():
+            if sequence.prefill is not None:
+                outputs[i] += [token.id for token in decoder.advance_prefill(sequence)]
+        decoding = {i: s for i, s in live.items() if s.decoding}
+        width = decoder.width if widths is None else widths[step % len(widths)]
+        decoder.step(list(decoding.values()), width)
+        for i, sequence in decoding.items():
+            outputs[i] += [token.id for token in sequence.tokens]
+        live = {i: s for i, s in live.items() if not s.done}
+        step += 1
+    return outputs
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+@pytest.mark.parametrize("count", [1, 2, 8])
+def test_each_greedy_request_in_a_batch_equals_its_solo_output(
+    pair: Pair, speculative: bool, count: int
+) -> None:
+    eng = engine(pair, speculative)
+    reqs = requests(count, seed=count)
+    outputs = batched(eng, reqs)
+    for i, req in enumerate(reqs):
+        assert outputs[i] == solo(eng, req), f"request {i} of {count}"
+
+
+def test_a_width_changing_every_step_leaves_greedy_output_unchanged(pair: Pair) -> None:
+    eng = engine(pair, True)
+    reqs = requests(6, seed=11)
+    outputs = batched(eng, reqs, widths=[1, 2, 4, 3])
+    for i, req in enumerate(reqs):
+        assert outputs[i] == solo(eng, req), f"request {i}"
+
+
+def test_a_cancelled_request_leaving_mid_flight_does_not_disturb_the_others(pair: Pair) -> None:
+    eng = engine(pair, True)
+    reqs = requests(5, seed=5)
+    reqs[1].cancel_at = 6
+    outputs = batched(eng, reqs)
+    reference = {i: solo(eng, req) for i, req in enumerate(reqs)}
+    for i in (0, 2, 3, 4):
+        assert outputs[i] == reference[i], f"request {i}"
+    assert reference[1][: len(outputs[1])] == outputs[1]
+    assert len(outputs[1]) < len(reference[1])
+
+
+def test_seeded_sampling_in_a_batch_keeps_each_requests_stream(pair: Pair) -> None:
+    eng = engine(pair, True)
+    reqs = requests(4, seed=7)
+    for i, req in enumerate(reqs):
+        req.params = SamplingParams(temperature=0.8, seed=100 + i)
+    outputs = batched(eng, reqs)
+    for i, req in enumerate(reqs):
+        assert outputs[i] == solo(eng, req), f"request {i}"
+
+
+def test_penalties_and_logprobs_in_a_batch_equal_solo(pair: Pair) -> None:
+    eng = engine(pair, True)
+    reqs = requests(3, seed=9)
+    for req in reqs:
+        req.params = SamplingParams(presence_penalty=0.6, frequency_penalty=0.4, logprobs=2)
+    decoder = BatchDecoder(eng)
+    sequences = [
+        decoder.start(r.prompt, r.max_tokens, r.params, GenerationStats(), True) for r in reqs
+    ]
+    got: list[list[Any]] = [[] for _ in reqs]
+    for i, sequence in enumerate(sequences):
+        while sequence.prefill is not None:
+            got[i] += decoder.advance_prefill(sequence)
+    while any(not s.done for s in sequences):
+        decoding = [s for s in sequences if not s.done]
+        decoder.step(decoding, WIDTH)
+        for i, sequence in enumerate(sequences):
+            if sequence in decoding:
+                got[i] += sequence.tokens
+    for i, req in enumerate(reqs):
+        rounds = eng.generate(req.prompt, req.max_tokens, req.params, ignore_eos=True)
+        alone = [token for tokens in rounds for token in tokens]
+        assert [t.id for t in got[i]] == [t.id for t in alone]
+        for mine, theirs in zip(got[i], alone, strict=True):
+            assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-5)
+            assert mine.top_logprobs is not None and theirs.top_logprobs is not None
+            assert mine.top_logprobs.keys() == theirs.top_logprobs.keys()
+
+
+def test_stats_count_the_rounds_that_drafted(pair: Pair) -> None:
+    eng = engine(pair, True)
+    reqs = requests(3, seed=3)
+    decoder = BatchDecoder(eng)
+    stats = [GenerationStats() for _ in reqs]
+    sequences = [
+        decoder.start(r.prompt, 40, r.params, s, True) for r, s in zip(reqs, stats, strict=True)
+    ]
+    for sequence in sequences:
+        while sequence.prefill is not None:
+            decoder.advance_prefill(sequence)
+    decoder.step(sequences, 1)  # a classic step: nothing drafted
+    assert all(s.rounds == 0 for s in stats)
+    decoder.step(sequences, WIDTH)
+    assert all(s.rounds == 1 and s.drafted == WIDTH - 1 for s in stats)
