@@ -11,21 +11,24 @@ expected tokens per second:
     width      = argmax_w tokens(w) / cost(w, B),  w in {1, 2, 4, ..., ceiling}
 
 P(first k accepted) is counted over every speculating round, decayed so the
-estimate follows the traffic; cost is a moving average per (w, B). A width not
-yet measured at this batch size is tried once, and every `REPROBE` steps the
-least recently measured one is tried again, so a stale cost cannot lock a width
-out. Width 1 is a classic step (no drafter). A batch of one always runs at the
-ceiling, the startup-resolved width, which stays the default (see DESIGN.md).
+estimate follows the traffic; cost is the median of the last `SAMPLES` step
+times per (w, B), so one slow step (a page fault, a collection) cannot rule a
+width out. A width not yet measured at this batch size is tried once, and every
+`REPROBE` steps the least recently measured one is tried again. Width 1 is a
+classic step (no drafter). A batch of one always runs at the ceiling, the
+startup-resolved width, which stays the default (see DESIGN.md).
 No MLX here: the scheduler feeds it numbers.
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 DECAY = 0.995  # per observed round: the acceptance counts' memory is ~200 rounds
-COST_WEIGHT = 0.2  # moving-average weight of the newest step time
-REPROBE = 64  # steps between re-measurements of the stalest width
+SAMPLES = 5  # step times kept per (width, batch size)
+REPROBE = 16  # steps between re-measurements of the stalest width
 
 
 def candidate_widths(ceiling: int) -> list[int]:
@@ -52,7 +55,7 @@ class WidthControl:
         # accepted[k]: of those, rounds whose first k drafts were all accepted.
         self.reached = [0.0] * ceiling
         self.accepted = [0.0] * ceiling
-        self.cost: dict[tuple[int, int], float] = {}
+        self.times: dict[tuple[int, int], deque[float]] = {}
         self.measured_at: dict[tuple[int, int], int] = {}
         self.steps = 0
 
@@ -68,19 +71,21 @@ class WidthControl:
         self.steps += 1
         if batch <= 1 or self.ceiling <= 1:
             return Choice(self.ceiling, "single")
-        unmeasured = [w for w in self.widths if (w, batch) not in self.cost]
+        unmeasured = [w for w in self.widths if (w, batch) not in self.times]
         if unmeasured:
             return Choice(unmeasured[0], "explore")
         if self.steps % REPROBE == 0:
             stalest = min(self.widths, key=lambda w: self.measured_at[(w, batch)])
             return Choice(stalest, "reprobe")
-        expected = {w: batch * self.expected_tokens(w) / self.cost[(w, batch)] for w in self.widths}
+        expected = {w: batch * self.expected_tokens(w) / self.cost(w, batch) for w in self.widths}
         return Choice(max(expected, key=expected.__getitem__), "goodput", expected)
+
+    def cost(self, width: int, batch: int) -> float:
+        return statistics.median(self.times[(width, batch)])
 
     def observe_step(self, width: int, batch: int, seconds: float) -> None:
         key = (width, batch)
-        old = self.cost.get(key)
-        self.cost[key] = seconds if old is None else old + COST_WEIGHT * (seconds - old)
+        self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds)
         self.measured_at[key] = self.steps
 
     def observe_round(self, width: int, accepted: int) -> None:

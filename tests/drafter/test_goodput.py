@@ -75,3 +75,12 @@ def test_acceptance_decays_toward_recent_rounds() -> None:
     for _ in range(500):
         control.observe_round(4, 0)
     assert control.expected_tokens(4) < 1.3 < 3.5 < high  # ~1.23 and ~3.98
+
+
+def test_one_slow_step_does_not_rule_a_width_out() -> None:
+    control = WidthControl(4)
+    measured(control, 8, {1: 0.10, 2: 0.2, 4: 0.4})
+    for _ in range(2):
+        control.observe_step(1, 8, 0.10)
+    control.observe_step(1, 8, 5.0)  # one stall
+    assert control.choose(8).width == 1
