@@ -17,9 +17,8 @@ layer over the sessions' own caches:
 
 So acceptance and rollback stay per request and unchanged (drafter/rollback.py),
 requests of any lengths can join or leave between steps, and a batch of one is
-exactly the solo round. The drafter runs once per speculating request (its
-context lengths differ per request); its graphs are evaluated in the step's one
-host sync with everything else.
+exactly the solo round. The drafter, too, runs once per step for every
+request (drafter/dflash.py pads and masks its per-request context the same way).
 """
 
 from __future__ import annotations
@@ -185,7 +184,18 @@ class BatchDecoder:
                 self.solo_round(sequence, width)
             return
         sessions = [sequence.session for sequence in sequences]
-        rounds = [s.open(seq.anchor, width) for s, seq in zip(sessions, sequences, strict=True)]
+        anchors = [sequence.anchor for sequence in sequences]
+        drafted: list[mx.array | None] = [None] * len(sessions)
+        drafter = self.engine.drafter
+        if width > 1 and drafter is not None:  # one drafter forward for every request
+            contexts = [session.take_context() for session in sessions]
+            caches = [session.draft_cache for session in sessions]
+            logits = drafter.draft_logits_batch(anchors, contexts, caches, width)
+            drafted = [logits[b] for b in range(len(sessions))]
+        rounds = [
+            session.open(anchor, width, draft_logits)
+            for session, anchor, draft_logits in zip(sessions, anchors, drafted, strict=True)
+        ]
         layer_views = views(sessions)
         tokens = mx.stack([current.tokens for current in rounds])
         logits = self.engine.model(tokens, cache=layer_views)

@@ -122,3 +122,7 @@ class Drafter(Protocol):
     def draft_logits(
         self, anchor: int, features: mx.array, cache: list[Any], width: int
     ) -> mx.array: ...
+
+    def draft_logits_batch(
+        self, anchors: list[int], features: list[mx.array], caches: list[list[Any]], width: int
+    ) -> mx.array: ...

@@ -141,7 +141,12 @@ def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> lis
 
 
 class Attention(nn.Module):
-    """Block queries attend, without a causal mask, to [context; block] keys."""
+    """Block queries attend, without a causal mask, to [context; block] keys.
+
+    Batched over B requests: x holds every request's block (B, L, H); each request has
+    its own new context rows and its own cache, so its RoPE positions are its own. With
+    B > 1 the keys are right-padded to the longest request and masked; with B = 1 this
+    is exactly the single-request computation."""
 
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -161,29 +166,63 @@ class Attention(nn.Module):
         B, L, _ = x.shape
         return x.reshape(B, L, n, -1).transpose(0, 2, 1, 3)
 
-    def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
+    def __call__(
+        self, x: mx.array, contexts: list[mx.array], rope: nn.Module, caches: list[KVCache]
+    ) -> mx.array:
         B, L, _ = x.shape
-        start = cache.offset  # absolute position of the first new context row
-        block_start = start + context.shape[1]
-        queries = rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=block_start)
-        keys = rope(self.k_norm(self.heads(self.k_proj(x), self.n_kv_heads)), offset=block_start)
+        starts = [cache.offset for cache in caches]  # each request's first new context row
+        block_starts = [start + c.shape[1] for start, c in zip(starts, contexts, strict=True)]
+        offset = block_starts[0] if B == 1 else mx.array(block_starts)
+        queries = rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=offset)
+        keys = rope(self.k_norm(self.heads(self.k_proj(x), self.n_kv_heads)), offset=offset)
         values = self.heads(self.v_proj(x), self.n_kv_heads)
+        fetched = [
+            self.fetch(keys[b : b + 1], values[b : b + 1], contexts[b], rope, caches[b])
+            for b in range(B)
+        ]
+        if B == 1:
+            keys, values, mask = fetched[0]
+        else:
+            keys, values, mask = right_padded(fetched, [s + L for s in block_starts])
+        out = mx.fast.scaled_dot_product_attention(
+            queries, keys, values, scale=self.scale, mask=mask
+        )
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+
+    def fetch(
+        self, keys: mx.array, values: mx.array, context: mx.array, rope: nn.Module, cache: KVCache
+    ) -> tuple[mx.array, mx.array, mx.array | None]:
+        """One request: write [new context; block] into its cache, read [context; block]
+        back, and trim the block off again: only the context stays cached."""
+        L = keys.shape[2]
+        start = cache.offset
         if context.shape[1] > 0:
             context_keys = self.k_norm(self.heads(self.k_proj(context), self.n_kv_heads))
             context_values = self.heads(self.v_proj(context), self.n_kv_heads)
             keys = mx.concatenate([rope(context_keys, offset=start), keys], axis=2)
             values = mx.concatenate([context_values, values], axis=2)
-        # Write [new context; block] into the cache, read [context; block] back, and
-        # trim the block off again: only the context stays cached.
         keys, values = cache.update_and_fetch(keys, values)
         mask = None
         if isinstance(cache, StableKVCache) and cache.full_buffer:
+            block_start = start + context.shape[1]
             mask = tail_mask(block_start, L, keys.shape[2], keys.dtype, causal=False)
         cache.trim(L)
-        out = mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=self.scale, mask=mask
-        )
-        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
+        return keys, values, mask
+
+
+def right_padded(
+    fetched: list[tuple[mx.array, mx.array, mx.array | None]], lengths: list[int]
+) -> tuple[mx.array, mx.array, mx.array]:
+    """Requests' [context; block] keys and values, each cut to its real length, zero-padded
+    on the right to the longest and stacked, with the (B, 1, 1, K) mask of real keys."""
+    width = max(lengths)
+    keys, values = [], []
+    for (k, v, _), length in zip(fetched, lengths, strict=True):
+        pad = [(0, 0), (0, 0), (0, width - length), (0, 0)]
+        keys.append(mx.pad(k[..., :length, :], pad))
+        values.append(mx.pad(v[..., :length, :], pad))
+    mask = mx.arange(width)[None] < mx.array(lengths)[:, None]
+    return mx.concatenate(keys), mx.concatenate(values), mask[:, None, None, :]
 
 
 class DecoderLayer(nn.Module):
@@ -194,8 +233,10 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(args.hidden_size, eps=args.rms_norm_eps)
 
-    def __call__(self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache) -> mx.array:
-        h = x + self.self_attn(self.input_layernorm(x), context, rope, cache)
+    def __call__(
+        self, x: mx.array, contexts: list[mx.array], rope: nn.Module, caches: list[KVCache]
+    ) -> mx.array:
+        h = x + self.self_attn(self.input_layernorm(x), contexts, rope, caches)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -218,12 +259,19 @@ class DFlashDraftModel(nn.Module):
             max_position_embeddings=args.max_position_embeddings,
         )
 
-    def __call__(self, block: mx.array, features: mx.array, cache: list[KVCache]) -> mx.array:
-        """block: (1, B, H) embeddings; features: (1, S, n_taps * H) new context rows."""
-        context = self.hidden_norm(self.fc(features))
+    def __call__(
+        self, block: mx.array, features: list[mx.array], caches: list[list[KVCache]]
+    ) -> mx.array:
+        """block: (B, L, H) embeddings, one request per row; features: each request's
+        (1, S_b, n_taps * H) new context rows; caches: each request's per-layer cache."""
+        sizes = [f.shape[1] for f in features]
+        merged = features[0] if len(features) == 1 else mx.concatenate(features, axis=1)
+        context = self.hidden_norm(self.fc(merged))
+        bounds = [sum(sizes[:b]) for b in range(1, len(sizes))]
+        contexts = mx.split(context, bounds, axis=1) if bounds else [context]
         h = block
-        for layer, layer_cache in zip(self.layers, cache, strict=True):
-            h = layer(h, context, self.rope, layer_cache)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, contexts, self.rope, [cache[i] for cache in caches])
         return self.norm(h)
 
     def make_cache(self, stable: bool = False) -> list[KVCache]:
@@ -356,9 +404,20 @@ class DFlashDrafter:
         positions not yet in the drafter's context; they end right before the
         anchor's position, and are appended to the cached context.
         """
-        block = mx.array([[anchor] + [self.args.mask_token_id] * (width - 1)])
-        hidden = self.model(self.embed(block), features, cache)
-        return self.head(hidden[:, 1:])[0]
+        return self.draft_logits_batch([anchor], [features], [cache], width)[0]
+
+    def draft_logits_batch(
+        self,
+        anchors: list[int],
+        features: list[mx.array],
+        caches: list[list[KVCache]],
+        width: int,
+    ) -> mx.array:
+        """`draft_logits` for B requests in one forward: (B, width - 1, V), lazy."""
+        mask = self.args.mask_token_id
+        block = mx.array([[anchor] + [mask] * (width - 1) for anchor in anchors])
+        hidden = self.model(self.embed(block), features, caches)
+        return self.head(hidden[:, 1:])
 
 
 def check_fits_target(args: ModelArgs, target: nn.Module) -> None:

@@ -223,13 +223,26 @@ class Session:
         mx.eval(current.arrays())  # the round's one host sync
         return self.close(current, budget)
 
-    def open(self, anchor: int, width: int) -> Round:
+    def open(self, anchor: int, width: int, draft_logits: mx.array | None = None) -> Round:
         """Draft the round's B-1 tokens (lazy) and checkpoint the target cache; the
-        caller then runs the target over `tokens` (alone, or batched with others)."""
+        caller then runs the target over `tokens` (alone, or batched with others).
+        draft_logits: this request's (B-1, V) rows of a batched drafter forward
+        (drafter/batch.py); by default the drafter runs here."""
         drafts, draft_logprobs = mx.array([], dtype=mx.int32), None
         if width > 1:
-            drafts, draft_logprobs = self.draft(anchor, width)
+            if draft_logits is None:
+                assert self.drafter is not None
+                draft_logits = self.drafter.draft_logits(
+                    anchor, self.take_context(), self.draft_cache, width
+                )
+            drafts, draft_logprobs = self.draft(draft_logits)
         return Round(anchor, width, drafts, draft_logprobs, rollback.checkpoint(self.cache))
+
+    def take_context(self) -> mx.array:
+        """The features gathered since the drafter's last block; it takes them in now."""
+        context, self.context = self.context, None
+        assert context is not None, "a round needs the features of the tokens before it"
+        return context
 
     def judge(self, current: Round, logits: mx.array, verified: mx.array | None) -> None:
         """Choose for every verify row at once (lazy). logits: (B, V) for this request."""
@@ -270,12 +283,9 @@ class Session:
             self.context = mx.concatenate(parts, axis=1) if len(parts) > 1 else kept_features
         return tokens, current.rows[:kept]
 
-    def draft(self, anchor: int, width: int) -> tuple[mx.array, mx.array | None]:
-        """B-1 draft tokens (lazy) and, when sampling, the distribution they came from.
-        The drafter takes in the context features gathered since its last block."""
-        assert self.drafter is not None and self.context is not None
-        logits = self.drafter.draft_logits(anchor, self.context, self.draft_cache, width)
-        self.context = None
+    def draft(self, logits: mx.array) -> tuple[mx.array, mx.array | None]:
+        """B-1 draft tokens (lazy) from the drafter's logits and, when sampling, the
+        distribution they came from."""
         if self.params.greedy:
             return mx.argmax(logits, axis=-1), None
         logprobs = sampling_logprobs(token_logprobs(logits, None, self.params), self.params)

@@ -88,8 +88,8 @@ def test_loaded_drafter_reproduces_the_saved_model(tmp_path: Path, target: nn.Mo
     drafter = load_drafter(save_drafter(tmp_path / "d", model, args), target)
     context = features(6, 128, seed=0)
     block = drafter.embed(mx.array([[7, 5, 5, 5]]))
-    expected = model(block, context, model.make_cache())
-    assert mx.array_equal(drafter.model(block, context, drafter.make_cache()), expected)
+    expected = model(block, [context], [model.make_cache()])
+    assert mx.array_equal(drafter.model(block, [context], [drafter.make_cache()]), expected)
     assert (drafter.mask_token_id, drafter.target_layer_ids, drafter.block_size) == (5, [0, 3], 16)
 
 
@@ -125,8 +125,8 @@ def test_block_attention_is_not_causal(drafter_dir: Path, target: nn.Module) -> 
     context = features(4, 128, seed=3)
     block = drafter.embed(mx.array([[1, 256, 256, 256]]))
     changed_last = block.at[:, 3].add(1.0)
-    first = drafter.model(block, context, drafter.make_cache())
-    second = drafter.model(changed_last, context, drafter.make_cache())
+    first = drafter.model(block, [context], [drafter.make_cache()])
+    second = drafter.model(changed_last, [context], [drafter.make_cache()])
     assert not mx.allclose(first[:, 1], second[:, 1]).item()
 
 
@@ -290,3 +290,27 @@ def test_refuses_a_malformed_draft_vocabulary(drafter_dir: Path, target: nn.Modu
     write_draft_vocab(drafter_dir, [-1, 5])
     with pytest.raises(DrafterError, match="draft_vocab.json"):
         load_drafter(drafter_dir, target)
+
+
+def test_a_batched_draft_equals_each_requests_own_draft(
+    drafter_dir: Path, target: nn.Module
+) -> None:
+    """Requests with different context lengths (and different cached context) drafted
+    in one forward get what each gets alone."""
+    drafter = load_drafter(drafter_dir, target)
+    contexts = [features(n, 128, seed=10 + n) for n in (3, 9, 1)]
+    alone_caches = [drafter.make_cache() for _ in contexts]
+    batch_caches = [drafter.make_cache() for _ in contexts]
+    for cache_set in (alone_caches, batch_caches):  # some context already cached
+        for cache, context in zip(cache_set, contexts, strict=True):
+            drafter.draft_logits(1, context, cache, width=4)
+    more = [features(n, 128, seed=20 + n) for n in (2, 1, 5)]
+    alone = [
+        drafter.draft_logits(a, f, c, width=4)
+        for a, f, c in zip([4, 8, 9], more, alone_caches, strict=True)
+    ]
+    batched = drafter.draft_logits_batch([4, 8, 9], more, batch_caches, width=4)
+    assert batched.shape == (3, 3, 257)
+    for b in range(3):
+        assert mx.allclose(batched[b], alone[b], atol=1e-5).item()
+        assert batch_caches[b][0].offset == alone_caches[b][0].offset
