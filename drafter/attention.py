@@ -31,6 +31,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 MAX_STABLE_ROWS = 64  # wider updates (prefill chunks) keep the exact-length path
+STEP = KVCache.step  # mlx-lm grows its buffers by 256 rows
 
 
 class StableKVCache(KVCache):
@@ -90,6 +91,14 @@ def tail_mask(offset: int, rows: int, length: int, dtype: mx.Dtype, causal: bool
     keys = mx.arange(length)[None]
     limit = offset + (mx.arange(rows)[:, None] if causal else rows - 1)
     return mx.where(keys <= limit, mx.array(0, dtype), mx.array(-mx.inf, dtype))
+
+
+def batch_key_length(longest: int, stable: bool) -> int:
+    """How many key rows a batched forward presents when its longest request has
+    `longest`: with stable attention, whole 256-row steps (so cuDNN's graphs repeat)."""
+    if not stable:
+        return longest
+    return STEP * ((longest + STEP - 1) // STEP)
 
 
 def make_cache(model: nn.Module, stable: bool) -> list[Any]:

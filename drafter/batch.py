@@ -31,6 +31,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
 from drafter import rollback
+from drafter.attention import StableKVCache, batch_key_length
 from drafter.decoding import GenerationStats, Token, make_tokens
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
@@ -44,6 +45,7 @@ class BatchKV:
         self.caches = caches
         self.offset = mx.array([cache.offset for cache in caches])  # RoPE, per request
         self.keys: mx.array | None = None  # qwen3_5 orders its last cache with mx.depends
+        self.stable = isinstance(caches[0], StableKVCache)  # pad keys to whole 256-row steps
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
         """(B, 1, N, K) boolean: query j of request b (at position offset_b + j) sees
@@ -51,14 +53,14 @@ class BatchKV:
         if window_size is not None:
             raise ValueError("batched decoding does not support sliding-window attention")
         starts = [cache.offset for cache in self.caches]
-        width = max(starts) + N
+        width = batch_key_length(max(starts) + N, self.stable)
         limit = mx.array(starts)[:, None] + mx.arange(N)[None]
         return (mx.arange(width)[None, None] <= limit[:, :, None])[:, None]
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         for b, cache in enumerate(self.caches):
             cache.update_and_fetch(keys[b : b + 1], values[b : b + 1])
-        width = max(cache.offset for cache in self.caches)
+        width = batch_key_length(max(cache.offset for cache in self.caches), self.stable)
         self.keys = right_padded([cache.keys for cache in self.caches], self.caches, width)
         fetched = right_padded([cache.values for cache in self.caches], self.caches, width)
         return self.keys, fetched

@@ -37,7 +37,7 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
-from drafter.attention import StableKVCache, tail_mask
+from drafter.attention import StableKVCache, batch_key_length, tail_mask
 
 ARCHITECTURE = "DFlashDraftModel"
 DRAFT_VOCAB_FILE = "draft_vocab.json"
@@ -183,7 +183,8 @@ class Attention(nn.Module):
         if B == 1:
             keys, values, mask = fetched[0]
         else:
-            keys, values, mask = right_padded(fetched, [s + L for s in block_starts])
+            stable = isinstance(caches[0], StableKVCache)
+            keys, values, mask = right_padded(fetched, [s + L for s in block_starts], stable)
         out = mx.fast.scaled_dot_product_attention(
             queries, keys, values, scale=self.scale, mask=mask
         )
@@ -211,11 +212,12 @@ class Attention(nn.Module):
 
 
 def right_padded(
-    fetched: list[tuple[mx.array, mx.array, mx.array | None]], lengths: list[int]
+    fetched: list[tuple[mx.array, mx.array, mx.array | None]], lengths: list[int], stable: bool
 ) -> tuple[mx.array, mx.array, mx.array]:
     """Requests' [context; block] keys and values, each cut to its real length, zero-padded
-    on the right to the longest and stacked, with the (B, 1, 1, K) mask of real keys."""
-    width = max(lengths)
+    on the right to the longest (whole 256-row steps when `stable`) and stacked, with the
+    (B, 1, 1, K) mask of real keys."""
+    width = batch_key_length(max(lengths), stable)
     keys, values = [], []
     for (k, v, _), length in zip(fetched, lengths, strict=True):
         pad = [(0, 0), (0, 0), (0, width - length), (0, 0)]

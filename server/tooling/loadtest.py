@@ -259,6 +259,7 @@ async def run_load(
     max_tokens: int,
     api_key: str | None = None,
     prompts: Sequence[str] = PROMPTS,
+    model: str | None = None,
 ) -> LoadReport:
     require_loopback(url)
     clients = min(clients, MAX_CLIENTS)
@@ -270,8 +271,10 @@ async def run_load(
     async with httpx.AsyncClient(
         base_url=url, headers=headers, timeout=httpx.Timeout(600.0, connect=10.0), limits=limits
     ) as http:
-        health = (await http.get("/health")).json()
-        model = (await http.get("/v1/models")).json()["data"][0]["id"]
+        answer = await http.get("/health")
+        health = answer.json() if answer.status_code == 200 else {}
+        if model is None:
+            model = (await http.get("/v1/models")).json()["data"][0]["id"]
         references = await reference_texts(http, model, prompts, max_tokens)
         outcomes, wall_s = await run_clients(
             http, model, prompts, clients, requests, duration_s, max_tokens
