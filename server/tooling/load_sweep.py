@@ -94,6 +94,9 @@ def run_sweep(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
                 logs / "mlx_lm.log",
             ).__enter__()
             health["mlx_lm"] = servers["mlx_lm"].wait_ready(READY_TIMEOUT_S)
+        # mlx_lm.server's /v1/models scans the Hugging Face cache (and fails without one):
+        # name its model directly, as its own --model path.
+        mlx_model = args.model_name or served_model_path(ports["batched"])
         runs: list[dict[str, Any]] = []
         names = list(servers)
         for turn, count in enumerate(clients):
@@ -108,7 +111,7 @@ def run_sweep(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
                         args.requests,
                         args.duration_s,
                         args.max_tokens,
-                        model=args.model_name if name == "mlx_lm" else None,
+                        model=mlx_model if name == "mlx_lm" else None,
                     )
                 )
                 runs.append({"arm": name, "clients": count, **asdict(report)})
