@@ -1,24 +1,25 @@
 """Many requests in one target forward per step (continuous batching).
 
-Every request keeps its own `Session` (drafter/speculative.py): its own target
-cache, drafter cache, chooser and penalty counts. A step opens a round on each
-session at the step's width W, runs ONE target forward over all their verify
-rows (B requests x W rows), and closes each round on its own slice of the
-logits, as the solo round does. The target sees the batch through one view per
-layer over the sessions' own caches:
+Every request keeps its own `Session` (drafter/speculative.py): its drafter cache,
+chooser and penalty counts. A step opens a round on each session at the step's
+width W, runs ONE drafter forward and ONE target forward over all their rows
+(B requests x W rows), and closes each round on its own slice of the logits, as
+the solo round does. While the batch's membership stays the same, the target
+caches are shared per layer (`BatchState`):
 
-- `BatchKV` (attention layers): each request's new keys and values go into its
-  own KVCache; attention reads every request's keys right-padded to the
-  longest, under a mask that is each request's own causal mask over its own
-  keys. Right padding keeps each request's real keys where they sit when it
-  runs alone, and its RoPE positions are its own (`offset` is per request).
-- `BatchArrays` (Gated DeltaNet layers): the requests' recurrent states
-  stacked on the batch axis, split back after the forward.
+- `SharedKV` (attention layers): one (B, H, capacity, D) buffer; request b's keys
+  are its first lengths[b] rows (right-padded), so they sit where they sit when
+  it runs alone, and its RoPE positions are its own. A forward writes every
+  request's rows at its own length in one scatter; attention reads the buffer up
+  to the longest request under each request's own causal mask; rolling a request
+  back is setting its length. With stable attention (CUDA, drafter/attention.py)
+  the keys presented run to whole 256-row steps, so cuDNN's graphs repeat.
+- `SharedArrays` (Gated DeltaNet layers): the states stacked on the batch axis;
+  a request that rejected drafts is re-run on its accepted rows from the state
+  before the forward (drafter/rollback.py's rule, per row).
 
-So acceptance and rollback stay per request and unchanged (drafter/rollback.py),
-requests of any lengths can join or leave between steps, and a batch of one is
-exactly the solo round. The drafter, too, runs once per step for every
-request (drafter/dflash.py pads and masks its per-request context the same way).
+When a request joins or leaves, the shared caches go back into the requests'
+own caches and a new state is built from them; a batch of one is the solo round.
 """
 
 from __future__ import annotations
@@ -31,71 +32,113 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
 from drafter import rollback
-from drafter.attention import StableKVCache, batch_key_length
+from drafter.attention import STEP, StableKVCache, batch_key_length
 from drafter.decoding import GenerationStats, Token, make_tokens
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 from drafter.speculative import Round, Session
 
 
-class BatchKV:
-    """One attention layer's view over B requests' own KVCaches."""
+class SharedKV:
+    """One attention layer's cache for the whole batch.
+
+    keys, values: (B, H, capacity, D); request b's rows are [0, lengths[b]), right-padded,
+    so its keys sit where they sit when it runs alone. A forward writes every request's
+    new rows at its own length in one scatter and reads the buffer up to the longest;
+    `commit` then keeps only each request's accepted rows (rollback is a length)."""
 
     def __init__(self, caches: list[KVCache]):
-        self.caches = caches
-        self.offset = mx.array([cache.offset for cache in caches])  # RoPE, per request
-        self.keys: mx.array | None = None  # qwen3_5 orders its last cache with mx.depends
-        self.stable = isinstance(caches[0], StableKVCache)  # pad keys to whole 256-row steps
+        self.stable = isinstance(caches[0], StableKVCache)  # whole 256-row steps
+        self.lengths = [cache.offset for cache in caches]
+        capacity = STEP * ((max(self.lengths) + STEP) // STEP)
+        self.keys = stacked([c.keys for c in caches], self.lengths, capacity)
+        self.values = stacked([c.values for c in caches], self.lengths, capacity)
+
+    @property
+    def offset(self) -> mx.array:
+        return mx.array(self.lengths)  # each request's own RoPE position
 
     def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
-        """(B, 1, N, K) boolean: query j of request b (at position offset_b + j) sees
-        that request's keys 0 .. offset_b + j; K is the longest request's key count."""
+        """(B, 1, N, K) boolean: query j of request b (at position lengths[b] + j) sees
+        that request's keys 0 .. lengths[b] + j; K covers the longest request."""
         if window_size is not None:
             raise ValueError("batched decoding does not support sliding-window attention")
-        starts = [cache.offset for cache in self.caches]
-        width = batch_key_length(max(starts) + N, self.stable)
-        limit = mx.array(starts)[:, None] + mx.arange(N)[None]
+        width = batch_key_length(max(self.lengths) + N, self.stable)
+        limit = self.offset[:, None] + mx.arange(N)[None]
         return (mx.arange(width)[None, None] <= limit[:, :, None])[:, None]
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        for b, cache in enumerate(self.caches):
-            cache.update_and_fetch(keys[b : b + 1], values[b : b + 1])
-        width = batch_key_length(max(cache.offset for cache in self.caches), self.stable)
-        self.keys = right_padded([cache.keys for cache in self.caches], self.caches, width)
-        fetched = right_padded([cache.values for cache in self.caches], self.caches, width)
-        return self.keys, fetched
+        B, H, N, _ = keys.shape
+        self.grow(max(self.lengths) + N)
+        rows = (self.offset[:, None] + mx.arange(N)[None])[:, None, :, None]
+        self.keys = mx.put_along_axis(self.keys, mx.broadcast_to(rows, keys.shape), keys, 2)
+        rows = mx.broadcast_to(rows, values.shape)
+        self.values = mx.put_along_axis(self.values, rows, values, 2)
+        width = batch_key_length(max(self.lengths) + N, self.stable)
+        return self.keys[..., :width, :], self.values[..., :width, :]
+
+    def grow(self, needed: int) -> None:
+        size = self.keys.shape[2]
+        if needed > size:
+            extra = STEP * ((needed - size + STEP - 1) // STEP)
+            self.keys = mx.pad(self.keys, [(0, 0), (0, 0), (0, extra), (0, 0)])
+            self.values = mx.pad(self.values, [(0, 0), (0, 0), (0, extra), (0, 0)])
+
+    def commit(self, kept: list[int]) -> None:
+        self.lengths = [length + k for length, k in zip(self.lengths, kept, strict=True)]
+
+    def release(self, caches: list[KVCache]) -> None:
+        """Hand each request its rows back as its own cache (its whole buffer row, so a
+        stable cache keeps a length in whole steps)."""
+        for b, cache in enumerate(caches):
+            cache.keys, cache.values = self.keys[b : b + 1], self.values[b : b + 1]
+            cache.offset = self.lengths[b]
 
 
-def right_padded(buffers: list[mx.array], caches: list[KVCache], width: int) -> mx.array:
-    """Each request's first `offset` rows, zero-padded on the right to `width`, stacked."""
+def stacked(buffers: list[mx.array], lengths: list[int], capacity: int) -> mx.array:
+    """Each request's first `length` rows, zero-padded on the right to `capacity`."""
     rows = []
-    for buffer, cache in zip(buffers, caches, strict=True):
-        real = buffer[..., : cache.offset, :]
-        if cache.offset < width:
-            pad = mx.zeros((*real.shape[:2], width - cache.offset, real.shape[3]), real.dtype)
-            real = mx.concatenate([real, pad], axis=2)
-        rows.append(real)
+    for buffer, length in zip(buffers, lengths, strict=True):
+        real = buffer[..., :length, :]
+        rows.append(mx.pad(real, [(0, 0), (0, 0), (0, capacity - length), (0, 0)]))
     return mx.concatenate(rows, axis=0)
 
 
-class BatchArrays(ArraysCache):
-    """One recurrent layer's view: B requests' states stacked on the batch axis."""
+class SharedArrays(ArraysCache):
+    """One recurrent layer's state for the whole batch, stacked on the batch axis.
+    `commit` rolls each request back to its accepted rows by re-running mlx-lm's own
+    module on them from the state before the forward (drafter/rollback.py's rule)."""
 
     def __init__(self, caches: list[ArraysCache]):
         super().__init__(len(caches[0].cache))
         if any(state is None for cache in caches for state in cache.cache):
             raise ValueError("a request joined the batch before its prefill")
-        self.caches = caches
         per_state = zip(*(cache.cache for cache in caches), strict=True)
         self.cache = [mx.concatenate(states) for states in per_state]
+        self.before: list[mx.array] = []
+        self.recording = rollback.Recording()
+
+    def arm(self) -> None:
+        """Before a forward: keep the state, record what the layer is fed."""
+        self.before = [state[...] for state in self.cache]
         self.recording = rollback.record_inputs(self)
 
-    def scatter(self, checkpoints: list[rollback.Checkpoint], layer: int) -> None:
-        """Give each request its row of the new state and of what the layer was fed."""
+    def commit(self, kept: list[int]) -> None:
         rollback.disarm(self)
-        for b, (cache, ckpt) in enumerate(zip(self.caches, checkpoints, strict=True)):
+        inputs, module = self.recording.inputs, self.recording.module
+        assert inputs is not None and module is not None
+        rows = [[state[b : b + 1] for state in self.cache] for b in range(len(kept))]
+        for b, k in enumerate(kept):
+            if k < inputs.shape[1]:
+                alone = ArraysCache(len(self.cache))
+                alone.cache = [state[b : b + 1] for state in self.before]
+                module(inputs[b : b + 1, :k], None, alone)
+                rows[b] = alone.cache
+        self.cache = [mx.concatenate(states) for states in zip(*rows, strict=True)]
+
+    def release(self, caches: list[ArraysCache]) -> None:
+        for b, cache in enumerate(caches):
             cache.cache = [state[b : b + 1] for state in self.cache]
-            rollback.lend_recording(ckpt, layer, self.recording, b)
 
 
 def batchable(cache: list[Any]) -> bool:
@@ -103,12 +146,31 @@ def batchable(cache: list[Any]) -> bool:
     return all(type(entry) is ArraysCache or isinstance(entry, KVCache) for entry in cache)
 
 
-def views(sessions: list[Session]) -> list[BatchKV | BatchArrays]:
-    per_layer = zip(*(session.cache for session in sessions), strict=True)
-    return [
-        BatchArrays(list(caches)) if isinstance(caches[0], ArraysCache) else BatchKV(list(caches))
-        for caches in per_layer
-    ]
+class BatchState:
+    """The target caches of a fixed set of sequences, shared per layer. Built when the
+    batch's membership changes and released back into the sequences' own caches before
+    the next change, so a request can leave (or run alone) at any step."""
+
+    def __init__(self, sequences: list[Sequence]):
+        self.sequences = list(sequences)
+        per_layer = zip(*(s.session.cache for s in sequences), strict=True)
+        self.layers: list[SharedKV | SharedArrays] = [
+            SharedArrays(list(c)) if isinstance(c[0], ArraysCache) else SharedKV(list(c))
+            for c in per_layer
+        ]
+
+    def arm(self) -> None:
+        for layer in self.layers:
+            if isinstance(layer, SharedArrays):
+                layer.arm()
+
+    def commit(self, kept: list[int]) -> None:
+        for layer in self.layers:
+            layer.commit(kept)
+
+    def release(self) -> None:
+        for i, layer in enumerate(self.layers):
+            layer.release([s.session.cache[i] for s in self.sequences])
 
 
 @dataclass(eq=False)
@@ -124,6 +186,7 @@ class Sequence:
     prefill: Generator[None, None, None] | None = None
     tokens: list[Token] = field(default_factory=list)  # what the last step emitted
     accepted: int = 0  # drafts the last round kept
+    kept: int = 0  # rows of the last round the target cache keeps (emitted tokens)
 
     @property
     def decoding(self) -> bool:
@@ -149,6 +212,7 @@ class BatchDecoder:
     def __init__(self, engine: Engine):
         self.engine = engine
         self.width = engine.block_size if engine.speculative else 1  # the ceiling
+        self.state: BatchState | None = None  # the shared caches of the last batch
 
     def start(
         self,
@@ -182,9 +246,14 @@ class BatchDecoder:
             return
         width = min(width, self.width)
         if len(sequences) == 1 or not all(batchable(s.session.cache) for s in sequences):
+            self.release()
             for sequence in sequences:
                 self.solo_round(sequence, width)
             return
+        if self.state is None or self.state.sequences != sequences:
+            self.release()
+            self.state = BatchState(sequences)
+        state = self.state
         sessions = [sequence.session for sequence in sequences]
         anchors = [sequence.anchor for sequence in sequences]
         drafted: list[mx.array | None] = [None] * len(sessions)
@@ -195,16 +264,11 @@ class BatchDecoder:
             logits = drafter.draft_logits_batch(anchors, contexts, caches, width)
             drafted = [logits[b] for b in range(len(sessions))]
         rounds = [
-            session.open(anchor, width, draft_logits)
+            session.open(anchor, width, draft_logits, checkpoint=False)
             for session, anchor, draft_logits in zip(sessions, anchors, drafted, strict=True)
         ]
-        layer_views = views(sessions)
-        tokens = mx.stack([current.tokens for current in rounds])
-        logits = self.engine.model(tokens, cache=layer_views)
-        checkpoints = [current.ckpt for current in rounds]
-        for layer, view in enumerate(layer_views):
-            if isinstance(view, BatchArrays):
-                view.scatter(checkpoints, layer)
+        state.arm()
+        logits = self.engine.model(mx.stack([r.tokens for r in rounds]), cache=state.layers)
         capture = sessions[0].capture
         features = None if capture is None else capture.features()
         for b, (session, current) in enumerate(zip(sessions, rounds, strict=True)):
@@ -212,6 +276,13 @@ class BatchDecoder:
         mx.eval([current.arrays() for current in rounds])  # the step's one host sync
         for sequence, current in zip(sequences, rounds, strict=True):
             self.close(sequence, current)
+        state.commit([sequence.kept for sequence in sequences])
+
+    def release(self) -> None:
+        """Give the sequences of the shared state their own caches back."""
+        if self.state is not None:
+            self.state.release()
+            self.state = None
 
     def solo_round(self, sequence: Sequence, width: int) -> None:
         assert sequence.anchor is not None
@@ -226,4 +297,5 @@ class BatchDecoder:
         budget = sequence.max_tokens - sequence.emitted
         tokens, rows = sequence.session.close(current, budget)
         sequence.accepted = sequence.stats.accepted - before
+        sequence.kept = len(tokens)
         sequence.emit(tokens, rows)

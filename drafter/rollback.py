@@ -126,7 +126,7 @@ def snapshot(entry: Any) -> Snapshot:
 
 def record_inputs(entry: ArraysCache) -> Recording:
     """Arm a batch's stacked ArraysCache (drafter/batch.py) so its hooked module records
-    what it is fed; `lend_recording` then gives each request its row."""
+    what it is fed; the batch then re-runs each request's accepted rows from it."""
     recording = Recording()
     _ARMED[entry] = recording
     return recording
@@ -134,20 +134,6 @@ def record_inputs(entry: ArraysCache) -> Recording:
 
 def disarm(entry: ArraysCache) -> None:
     _ARMED.pop(entry, None)
-
-
-def lend_recording(ckpt: Checkpoint, layer: int, recording: Recording, row: int) -> None:
-    """Hand row `row` of a batched layer's recording to one request's checkpoint, as if
-    that request's own cache had been fed alone; its rollback then re-runs that row."""
-    snap = ckpt.snapshots[layer]
-    if not isinstance(snap, ArraysSnapshot):
-        raise TypeError(f"layer {layer} has no ArraysCache checkpoint")
-    if recording.inputs is None:
-        return
-    snap.recording.module = recording.module
-    snap.recording.inputs = recording.inputs[row : row + 1]
-    mask = recording.mask
-    snap.recording.mask = None if mask is None else mask[row : row + 1]
 
 
 def view(array: mx.array | None) -> mx.array | None:

@@ -103,7 +103,7 @@ class Round:
     width: int
     drafts: mx.array
     draft_logprobs: mx.array | None
-    ckpt: rollback.Checkpoint
+    ckpt: rollback.Checkpoint | None  # None: a batch's cache, rolled back by the batch
     rows: mx.array | None = None
     choices: mx.array | None = None
     target: mx.array | None = None
@@ -223,11 +223,18 @@ class Session:
         mx.eval(current.arrays())  # the round's one host sync
         return self.close(current, budget)
 
-    def open(self, anchor: int, width: int, draft_logits: mx.array | None = None) -> Round:
+    def open(
+        self,
+        anchor: int,
+        width: int,
+        draft_logits: mx.array | None = None,
+        checkpoint: bool = True,
+    ) -> Round:
         """Draft the round's B-1 tokens (lazy) and checkpoint the target cache; the
         caller then runs the target over `tokens` (alone, or batched with others).
         draft_logits: this request's (B-1, V) rows of a batched drafter forward
-        (drafter/batch.py); by default the drafter runs here."""
+        (drafter/batch.py); by default the drafter runs here. checkpoint=False: the
+        target cache is a batch's, which rolls itself back."""
         drafts, draft_logprobs = mx.array([], dtype=mx.int32), None
         if width > 1:
             if draft_logits is None:
@@ -236,7 +243,8 @@ class Session:
                     anchor, self.take_context(), self.draft_cache, width
                 )
             drafts, draft_logprobs = self.draft(draft_logits)
-        return Round(anchor, width, drafts, draft_logprobs, rollback.checkpoint(self.cache))
+        ckpt = rollback.checkpoint(self.cache) if checkpoint else None
+        return Round(anchor, width, drafts, draft_logprobs, ckpt)
 
     def take_context(self) -> mx.array:
         """The features gathered since the drafter's last block; it takes them in now."""
@@ -274,8 +282,9 @@ class Session:
         self.record(n, current.width)
         tokens = self.truncate(draft_list[:n] + [next_token], budget)
         kept = len(tokens)  # the anchor and the emitted drafts
-        rollback.rollback(self.cache, current.ckpt, kept, current.width)
-        self.mark("rollback", [c.state for c in self.cache])
+        if current.ckpt is not None:
+            rollback.rollback(self.cache, current.ckpt, kept, current.width)
+            self.mark("rollback", [c.state for c in self.cache])
         self.count(tokens)
         if current.verified is not None:
             kept_features = current.verified[:, :kept]
