@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 
+from drafter.files import config_value, read_config
 from policy import Device
 
 # mlx-lm's loader maps these legacy `quantization_config` methods to MLX modes.
@@ -48,10 +48,7 @@ def device_from_info(backend: str, info: Mapping[str, Any]) -> Device:
 
 def read_quantization(config: Mapping[str, Any]) -> str | None:
     """The target's quantization mode from its config, or None when unquantized."""
-    block = config.get("quantization") or config.get("quantization_config")
-    if not block:
-        text_config = config.get("text_config") or {}
-        block = text_config.get("quantization_config")
+    block = config.get("quantization") or config_value(config, "quantization_config")
     if not isinstance(block, Mapping) or not block:
         return None
     if block.get("mode"):
@@ -67,4 +64,4 @@ def read_quantization(config: Mapping[str, Any]) -> str | None:
 
 def quantization_of(model_dir: Path) -> str | None:
     """The quantization mode of the model saved in model_dir, read from its config.json."""
-    return read_quantization(json.loads((Path(model_dir) / "config.json").read_text()))
+    return read_quantization(read_config(model_dir))

@@ -23,9 +23,6 @@ published format ignores the file.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +35,7 @@ from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
 from drafter.attention import StableKVCache, batch_key_length, tail_mask
+from drafter.files import read_config, text_config, write_dir_atomically
 
 ARCHITECTURE = "DFlashDraftModel"
 DRAFT_VOCAB_FILE = "draft_vocab.json"
@@ -441,7 +439,8 @@ def check_fits_target(args: ModelArgs, target: nn.Module) -> None:
         raise DrafterError(f"drafter mask_token_id {args.mask_token_id} outside vocabulary {vocab}")
 
 
-def read_config(path: Path) -> dict[str, Any]:
+def read_drafter_config(path: Path) -> dict[str, Any]:
+    """The drafter's config.json, checked for the published DFlash layout."""
     config_file = path / "config.json"
     if not config_file.is_file():
         raise DrafterError(f"drafter {path}: missing config.json")
@@ -500,7 +499,7 @@ def load_drafter(path: str | Path, target: nn.Module, draft_vocab: bool = True) 
     path = Path(path)
     if not path.is_dir():
         raise DrafterError(f"drafter {path}: not a directory")
-    config = read_config(path)
+    config = read_drafter_config(path)
     try:
         args = ModelArgs.from_config(config)
     except (TypeError, ValueError, KeyError) as error:
@@ -525,21 +524,13 @@ def load_drafter(path: str | Path, target: nn.Module, draft_vocab: bool = True) 
 
 def save_drafter(path: str | Path, model: DFlashDraftModel, args: ModelArgs) -> Path:
     """Write `model` in the published format (atomically replaces `path`)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(staging / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (staging / "config.json").write_text(json.dumps(args.to_config(), indent=2))
-    if path.exists():
-        shutil.rmtree(path)
-    os.replace(staging, path)
-    return path
 
+    def fill(staging: Path) -> None:
+        weights = dict(tree_flatten(model.parameters()))
+        mx.save_safetensors(str(staging / "model.safetensors"), weights, metadata={"format": "mlx"})
+        (staging / "config.json").write_text(json.dumps(args.to_config(), indent=2))
 
-def read_target_config(target_dir: Path) -> dict[str, Any]:
-    config = json.loads((Path(target_dir) / "config.json").read_text())
-    return config.get("text_config", config)
+    return write_dir_atomically(Path(path), fill)
 
 
 def write_random_drafter(
@@ -554,7 +545,7 @@ def write_random_drafter(
     quantization: dict[str, Any] | None = None,
 ) -> Path:
     """A seeded random DFlash drafter shaped for the target in `target_dir` (for tests)."""
-    target = read_target_config(Path(target_dir))
+    target = text_config(read_config(target_dir))
     depth = target["num_hidden_layers"]
     args = ModelArgs(
         hidden_size=target["hidden_size"],

@@ -11,9 +11,6 @@ crash never leaves a half-written model behind.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ import numpy as np
 from gguf import GGUFReader
 from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
+from drafter.files import write_dir_atomically
 from drafter.gguf_layout import llama_weights
 
 DTYPES: dict[str, mx.Dtype] = {
@@ -259,16 +257,8 @@ def convert_gguf(
     If `out_dir` appears meanwhile (another process won the race), ours is discarded.
     """
     check_options(dtype, quantize_bits)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        write_model_dir(read_gguf(gguf_path), tmp, dtype, quantize_bits)
-        tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache may be shared
-        try:
-            os.rename(tmp, out_dir)
-        except OSError:
-            if not (out_dir / "config.json").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out_dir
+
+    def fill(staging: Path) -> None:
+        write_model_dir(read_gguf(gguf_path), staging, dtype, quantize_bits)
+
+    return write_dir_atomically(out_dir, fill, replace=False)

@@ -8,7 +8,6 @@ environment: the caller passes the variables it wants the policy to see.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from mlx_lm import load as mlx_lm_load
 
 from drafter.device import probe_device, quantization_of
 from drafter.engine import Engine
+from drafter.files import config_value, read_config
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
 from drafter.prompt_cache import PromptCache
 from drafter.warmup import warm_up
@@ -28,6 +28,7 @@ from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
 NO_DRAFTER = "none"
 DEFAULT_DRAFTER = Path(__file__).parent / "default_pair"  # DFlash drafter trained for SmolLM2
+CONTEXT_LENGTH_KEYS = ("max_position_embeddings", "max_seq_len", "seq_length")
 DEFAULT_CONTEXT_LENGTH = 4096
 DTYPES: dict[str, mx.Dtype] = {
     "float32": mx.float32,
@@ -229,10 +230,5 @@ def load_drafter(path: Path, target: nn.Module) -> Any:
 
 
 def context_length(target_path: Path) -> int:
-    config = json.loads((target_path / "config.json").read_text())
-    text_config = config.get("text_config") or {}
-    for source in (config, text_config):
-        for key in ("max_position_embeddings", "max_seq_len", "seq_length"):
-            if isinstance(source.get(key), int):
-                return source[key]
-    return DEFAULT_CONTEXT_LENGTH
+    length = config_value(read_config(target_path), *CONTEXT_LENGTH_KEYS)
+    return length if isinstance(length, int) else DEFAULT_CONTEXT_LENGTH

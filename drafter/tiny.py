@@ -9,15 +9,14 @@ tokens plus `<|endoftext|>`), so they are identical on every machine.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
 from mlx_lm.utils import _get_classes
+
+from drafter.files import write_dir_atomically
 
 EOS = "<|endoftext|>"
 VOCAB = 257  # 256 byte tokens + EOS
@@ -129,17 +128,15 @@ def write_tiny_model(
     template) to `path` (atomically)."""
     config = {**ARCHITECTURES[arch], **(overrides or {}), "eos_token_id": VOCAB - 1}
     model = build_model(config, seed)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}."))
-    mx.save_safetensors(str(staging / "model.safetensors"), dict(tree_flatten(model.parameters())))
     files = {"config.json": config, **byte_level_tokenizer_files(chat_template)}
-    for name, content in files.items():
-        (staging / name).write_text(json.dumps(content, indent=2))
-    if path.exists():
-        shutil.rmtree(path)
-    os.replace(staging, path)
-    return path
+
+    def fill(staging: Path) -> None:
+        weights = dict(tree_flatten(model.parameters()))
+        mx.save_safetensors(str(staging / "model.safetensors"), weights)
+        for name, content in files.items():
+            (staging / name).write_text(json.dumps(content, indent=2))
+
+    return write_dir_atomically(Path(path), fill)
 
 
 def ensure_tiny_model(cache_dir: Path, arch: str = "qwen3", seed: int = 0) -> Path:

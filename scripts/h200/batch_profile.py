@@ -13,17 +13,9 @@ from drafter.batch import BatchDecoder
 from drafter.decoding import GenerationStats
 from drafter.loading import LoadOptions, load_engine
 from drafter.sampling import SamplingParams
+from server.tooling.loadtest import PROMPTS
 
-TEXTS = [
-    "def fibonacci(n):",
-    "The capital of France is",
-    "import numpy as np\n\ndef softmax(x):",
-    "Once upon a time, in a small village,",
-    "Q: What is 12 times 7?\nA:",
-    "The three primary colors are",
-    "class Stack:\n    def __init__(self):",
-    "In 1969, the first",
-]
+TEXTS = [*PROMPTS, "class Stack:\n    def __init__(self):", "In 1969, the first"]
 engine = load_engine(LoadOptions(cache_dir=Path("/root/cache"), prompt_cache_bytes=0)).engine
 prompts = [engine.tokenizer.encode(t) for t in TEXTS]
 for batch in (1, 2, 4, 8):

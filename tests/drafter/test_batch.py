@@ -8,32 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from mlx_lm import load
 
 from drafter.batch import BatchDecoder, Sequence
 from drafter.decoding import GenerationStats
-from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
-from drafter.tiny import write_tiny_model
+from tests.drafter.conftest import Pair
 
 WIDTH = 4
-
-
-@dataclass
-class Pair:
-    model: Any
-    tokenizer: Any
-    drafter: Any
-
-
-@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
-def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    root = tmp_path_factory.mktemp(f"batch-{request.param}")
-    target_dir = write_tiny_model(root / "target", request.param, seed=2)
-    model, tokenizer = load(str(target_dir))
-    drafter_dir = write_random_drafter(root / "drafter", target_dir, num_layers=1, seed=3)
-    return Pair(model, tokenizer, load_drafter(drafter_dir, model))
 
 
 def engine(pair: Pair, speculative: bool) -> Engine:
@@ -106,24 +88,22 @@ def batched(
     return outputs
 
 
+def assert_each_equals_solo(eng: Engine, reqs: list[Request], widths: list[int] | None = None):
+    outputs = batched(eng, reqs, widths)
+    for i, req in enumerate(reqs):
+        assert outputs[i] == solo(eng, req), f"request {i} of {len(reqs)}"
+
+
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
 @pytest.mark.parametrize("count", [1, 2, 8])
 def test_each_greedy_request_in_a_batch_equals_its_solo_output(
     pair: Pair, speculative: bool, count: int
 ) -> None:
-    eng = engine(pair, speculative)
-    reqs = requests(count, seed=count)
-    outputs = batched(eng, reqs)
-    for i, req in enumerate(reqs):
-        assert outputs[i] == solo(eng, req), f"request {i} of {count}"
+    assert_each_equals_solo(engine(pair, speculative), requests(count, seed=count))
 
 
 def test_a_width_changing_every_step_leaves_greedy_output_unchanged(pair: Pair) -> None:
-    eng = engine(pair, True)
-    reqs = requests(6, seed=11)
-    outputs = batched(eng, reqs, widths=[1, 2, 4, 3])
-    for i, req in enumerate(reqs):
-        assert outputs[i] == solo(eng, req), f"request {i}"
+    assert_each_equals_solo(engine(pair, True), requests(6, seed=11), widths=[1, 2, 4, 3])
 
 
 def test_a_cancelled_request_leaving_mid_flight_does_not_disturb_the_others(pair: Pair) -> None:
@@ -139,13 +119,10 @@ def test_a_cancelled_request_leaving_mid_flight_does_not_disturb_the_others(pair
 
 
 def test_seeded_sampling_in_a_batch_keeps_each_requests_stream(pair: Pair) -> None:
-    eng = engine(pair, True)
     reqs = requests(4, seed=7)
     for i, req in enumerate(reqs):
         req.params = SamplingParams(temperature=0.8, seed=100 + i)
-    outputs = batched(eng, reqs)
-    for i, req in enumerate(reqs):
-        assert outputs[i] == solo(eng, req), f"request {i}"
+    assert_each_equals_solo(engine(pair, True), reqs)
 
 
 def test_penalties_and_logprobs_in_a_batch_equal_solo(pair: Pair) -> None:

@@ -3,18 +3,16 @@ classic and speculative decode, on a plain KV target and a Gated DeltaNet hybrid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from mlx_lm import load
 
 from drafter.decoding import GenerationStats
-from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import SamplingParams
-from drafter.tiny import write_tiny_model
+from tests.drafter.conftest import ARCHITECTURES, load_pair
+from tests.drafter.conftest import Pair as Target
 
 TOKENS = 12
 SYSTEM = list(b"You are a careful assistant. Answer briefly.\n")
@@ -23,21 +21,10 @@ TURN_2 = TURN_1 + list(b" an ordered collection.\nUser: and a tuple?\nAssistant:
 OTHER = SYSTEM + list(b"User: name a colour.\nAssistant:")  # shares only SYSTEM
 
 
-@dataclass
-class Target:
-    arch: str
-    model: Any
-    tokenizer: Any
-    drafter: Any
-
-
-@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
+@pytest.fixture(scope="module", params=ARCHITECTURES)
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Target:
     root = tmp_path_factory.mktemp(f"prompt-cache-{request.param}")
-    target_dir = write_tiny_model(root / "target", request.param, seed=4)
-    model, tokenizer = load(str(target_dir))
-    drafter_dir = write_random_drafter(root / "drafter", target_dir, num_layers=1, seed=5)
-    return Target(request.param, model, tokenizer, load_drafter(drafter_dir, model))
+    return load_pair(root, request.param, target_seed=4, drafter_seed=5)
 
 
 def engine(target: Target, speculative: bool, cache_bytes: int | None) -> Engine:

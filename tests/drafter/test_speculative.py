@@ -7,37 +7,20 @@ from typing import Any
 
 import mlx.core as mx
 import pytest
-from mlx_lm import load
 from mlx_lm.models.cache import make_prompt_cache
 from scipy.stats import chisquare
 
 from drafter.capture import installed
 from drafter.decoding import GenerationStats
-from drafter.dflash import DFlashDrafter, load_drafter, write_random_drafter
+from drafter.dflash import DFlashDrafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams, sampling_logprobs, token_logprobs
 from drafter.speculative import Session
-from drafter.tiny import write_tiny_model
+from tests.drafter.conftest import Pair
 
 WIDTHS = [2, 3, 4, 5, 8, 16]
 PROMPT = list(b"The quick brown fox")
 TOKENS = 20
-
-
-@dataclass
-class Pair:
-    model: Any
-    tokenizer: Any
-    drafter: DFlashDrafter
-
-
-@pytest.fixture(scope="module", params=["qwen3", "qwen3_5"])
-def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
-    root = tmp_path_factory.mktemp(request.param)
-    target_dir = write_tiny_model(root / "target", request.param, seed=2)
-    model, tokenizer = load(str(target_dir))
-    drafter_dir = write_random_drafter(root / "drafter", target_dir, num_layers=1, seed=3)
-    return Pair(model, tokenizer, load_drafter(drafter_dir, model))
 
 
 @dataclass

@@ -27,11 +27,8 @@ def server(
         port=port,
         api_key=API_KEY,
     )
-    process.start()
-    try:
-        yield process.wait_ready()
-    finally:
-        process.stop()
+    with process.running() as ready:
+        yield ready
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,15 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
             )
         return self
+
+    @contextmanager
+    def running(self) -> Iterator[ServerProcess]:
+        """Started and ready inside the block; stopped after it, whatever happened."""
+        self.start()
+        try:
+            yield self.wait_ready()
+        finally:
+            self.stop()
 
     def wait_ready(self, timeout: float = START_TIMEOUT_S) -> ServerProcess:
         assert self.process is not None

@@ -43,11 +43,8 @@ def speculative_server(
         port=port,
         api_key=API_KEY,
     )
-    process.start()
-    try:
-        yield process.wait_ready()
-    finally:
-        process.stop()
+    with process.running() as ready:
+        yield ready
 
 
 def complete(client: openai.OpenAI, prompt: str, max_tokens: int) -> str:

@@ -51,11 +51,8 @@ def fuzz_server(tiny_model: Path, tmp_path: Path) -> Iterator[ServerProcess]:
     args = ["--model", str(tiny_model), "--port", str(port), "--api-key", API_KEY]
     args += ["--default-max-tokens", str(CHEAP_MAX_TOKENS), "--max-body-bytes", "65536"]
     process = ServerProcess(args, clean_environ(), tmp_path / "server.log", port, API_KEY)
-    process.start()
-    try:
-        yield process.wait_ready()
-    finally:
-        process.stop()
+    with process.running() as ready:
+        yield ready
 
 
 @pytest.fixture(scope="module")

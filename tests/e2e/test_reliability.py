@@ -36,11 +36,8 @@ def tight(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     args += ["--max-body-bytes", str(BODY_LIMIT), "--cors-allow-origins", ORIGIN]
     log = tmp_path_factory.mktemp("tight") / "server.log"
     process = ServerProcess(args, clean_environ(DRAFTWISE_API_KEY=API_KEY), log, port, API_KEY)
-    process.start()
-    try:
-        yield process.wait_ready()
-    finally:
-        process.stop()
+    with process.running() as ready:
+        yield ready
 
 
 @pytest.fixture
