@@ -141,6 +141,33 @@ class SharedArrays(ArraysCache):
             cache.cache = [state[b : b + 1] for state in self.cache]
 
 
+def pipelinable(session: Session) -> bool:
+    """Classic rounds alone can be pipelined when no token's choice waits on the one
+    before it being counted (penalties) and no drafter needs the target's features."""
+    return session.drafter is None and session.counts is None
+
+
+def queue_classic(session: Session, token: mx.array) -> Queued:
+    """Feed `token` (lazy) to the target and queue the choice of the one after it."""
+    ckpt, key = rollback.checkpoint(session.cache), session.chooser.key
+    logits = session.model(token.reshape(1, 1), cache=session.cache)[0]
+    current = Round(0, 1, mx.array([], dtype=mx.int32), None, ckpt)
+    session.judge(current, logits, None)
+    assert current.rows is not None and current.choices is not None
+    mx.async_eval(current.rows, current.choices)
+    return Queued(ckpt, key, current.rows, current.choices)
+
+
+def unqueue(sequence: Sequence) -> None:
+    """Leave the pipeline: take the queued feed back out of the cache (rollback keeps 0
+    of the 1 row fed) and the chooser's key back, so the last emitted token is again
+    the next round's anchor and the seeded stream goes on where it stood."""
+    if sequence.queued is not None:
+        rollback.rollback(sequence.session.cache, sequence.queued.ckpt, 0, 1)
+        sequence.session.chooser.key = sequence.queued.key
+        sequence.queued = None
+
+
 def batchable(cache: list[Any]) -> bool:
     """Whether a request with this target cache can share a batched forward."""
     return all(type(entry) is ArraysCache or isinstance(entry, KVCache) for entry in cache)
@@ -173,6 +200,17 @@ class BatchState:
             layer.release([s.session.cache[i] for s in self.sequences])
 
 
+@dataclass
+class Queued:
+    """A lone classic sequence's next token, its forward already queued (the cache
+    already holds the token it was fed); `ckpt` undoes that feed."""
+
+    ckpt: rollback.Checkpoint
+    key: mx.array  # the chooser's key before this choice (a sampled one draws a key)
+    rows: mx.array  # (1, V) reported logprobs
+    choice: mx.array  # (1,) the chosen token, lazy
+
+
 @dataclass(eq=False)
 class Sequence:
     """One generation in a batch: its session and how far it has come."""
@@ -187,6 +225,7 @@ class Sequence:
     tokens: list[Token] = field(default_factory=list)  # what the last step emitted
     accepted: int = 0  # drafts the last round kept
     kept: int = 0  # rows of the last round the target cache keeps (emitted tokens)
+    queued: Queued | None = None  # alone and classic: the pipelined next token
 
     @property
     def decoding(self) -> bool:
@@ -245,6 +284,12 @@ class BatchDecoder:
         if not sequences:
             return
         width = min(width, self.width)
+        if len(sequences) == 1 and width == 1 and pipelinable(sequences[0].session):
+            self.release()
+            self.pipelined_step(sequences[0])
+            return
+        for sequence in sequences:
+            unqueue(sequence)
         if len(sequences) == 1 or not all(batchable(s.session.cache) for s in sequences):
             self.release()
             for sequence in sequences:
@@ -283,6 +328,21 @@ class BatchDecoder:
         if self.state is not None:
             self.state.release()
             self.state = None
+
+    def pipelined_step(self, sequence: Sequence) -> None:
+        """Classic decode alone, pipelined like mlx-lm's generate_step: the next token's
+        forward is queued before this one is read back (a host round trip saved per
+        token; on CUDA a quarter of a small model's step)."""
+        assert sequence.anchor is not None
+        session = sequence.session
+        current = sequence.queued or queue_classic(session, mx.array([sequence.anchor]))
+        sequence.queued = None
+        if sequence.emitted + 1 < sequence.max_tokens:
+            sequence.queued = queue_classic(session, current.choice)
+        token = current.choice.item()
+        session.count([token])
+        sequence.accepted, sequence.kept = 0, 1
+        sequence.emit([token], current.rows)
 
     def solo_round(self, sequence: Sequence, width: int) -> None:
         assert sequence.anchor is not None

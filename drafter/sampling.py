@@ -89,6 +89,15 @@ class TokenChooser:
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._key = mx.random.key(seed)
 
+    @property
+    def key(self) -> mx.array:
+        """Where the seeded stream stands; assign it back to replay from there."""
+        return self._key
+
+    @key.setter
+    def key(self, key: mx.array) -> None:
+        self._key = key
+
     def next_key(self) -> mx.array:
         self._key, sub = mx.random.split(self._key)
         return sub

@@ -118,11 +118,14 @@ def test_a_cancelled_request_leaving_mid_flight_does_not_disturb_the_others(pair
     assert len(outputs[1]) < len(reference[1])
 
 
-def test_seeded_sampling_in_a_batch_keeps_each_requests_stream(pair: Pair) -> None:
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_seeded_sampling_in_a_batch_keeps_each_requests_stream(
+    pair: Pair, speculative: bool
+) -> None:
     reqs = requests(4, seed=7)
     for i, req in enumerate(reqs):
         req.params = SamplingParams(temperature=0.8, seed=100 + i)
-    assert_each_equals_solo(engine(pair, True), reqs)
+    assert_each_equals_solo(engine(pair, speculative), reqs)
 
 
 def test_penalties_and_logprobs_in_a_batch_equal_solo(pair: Pair) -> None:
@@ -169,3 +172,26 @@ def test_stats_count_the_rounds_that_drafted(pair: Pair) -> None:
     assert all(s.rounds == 0 for s in stats)
     decoder.step(sequences, WIDTH)
     assert all(s.rounds == 1 and s.drafted == WIDTH - 1 for s in stats)
+
+
+def test_a_pipelined_lone_request_joined_by_another_keeps_an_exact_cache(pair: Pair) -> None:
+    """Alone, classic steps are pipelined (the next token is fed before this one is
+    read); when a second request joins, that feed is taken back out."""
+    eng = engine(pair, False)
+    first, second = requests(2, seed=13)
+    decoder = BatchDecoder(eng)
+    lone = decoder.start(first.prompt, 40, first.params, GenerationStats(), True)
+    while lone.prefill is not None:
+        decoder.advance_prefill(lone)
+    for _ in range(3):
+        decoder.step([lone], 1)
+        assert lone.queued is not None
+    other = decoder.start(second.prompt, 40, second.params, GenerationStats(), True)
+    while other.prefill is not None:
+        decoder.advance_prefill(other)
+    decoder.step([lone, other], 1)
+    decoder.release()
+    assert lone.queued is None
+    attention = [c for c in lone.session.cache if hasattr(c, "offset")]
+    fed = len(first.prompt) + lone.emitted - 1  # every emitted token but the last
+    assert attention and all(c.offset == fed for c in attention)
