@@ -53,6 +53,8 @@ class SharedKV:
         capacity = STEP * ((max(self.lengths) + STEP) // STEP)
         self.keys = stacked([c.keys for c in caches], self.lengths, capacity)
         self.values = stacked([c.values for c in caches], self.lengths, capacity)
+        for cache in caches:  # the batch holds the rows now; `release` gives them back
+            cache.keys = cache.values = None
 
     @property
     def offset(self) -> mx.array:
