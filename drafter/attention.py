@@ -93,12 +93,25 @@ def tail_mask(offset: int, rows: int, length: int, dtype: mx.Dtype, causal: bool
     return mx.where(keys <= limit, mx.array(0, dtype), mx.array(-mx.inf, dtype))
 
 
+def whole_steps(rows: int) -> int:
+    """`rows` rounded up to whole 256-row steps."""
+    return STEP * ((rows + STEP - 1) // STEP)
+
+
 def batch_key_length(longest: int, stable: bool) -> int:
     """How many key rows a batched forward presents when its longest request has
     `longest`: with stable attention, whole 256-row steps (so cuDNN's graphs repeat)."""
-    if not stable:
-        return longest
-    return STEP * ((longest + STEP - 1) // STEP)
+    return whole_steps(longest) if stable else longest
+
+
+def right_padded(buffers: list[mx.array], lengths: list[int], width: int) -> mx.array:
+    """Each request's first `length` rows (axis 2), zero-padded on the right to `width`
+    and stacked on the batch axis: each request's keys sit where they sit alone."""
+    rows = []
+    for buffer, length in zip(buffers, lengths, strict=True):
+        pad = [(0, 0), (0, 0), (0, width - length), (0, 0)]
+        rows.append(mx.pad(buffer[..., :length, :], pad))
+    return mx.concatenate(rows, axis=0)
 
 
 def make_cache(model: nn.Module, stable: bool) -> list[Any]:

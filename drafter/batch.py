@@ -32,7 +32,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
 from drafter import rollback
-from drafter.attention import STEP, StableKVCache, batch_key_length
+from drafter.attention import StableKVCache, batch_key_length, right_padded, whole_steps
 from drafter.decoding import GenerationStats, Token, make_tokens
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
@@ -50,9 +50,9 @@ class SharedKV:
     def __init__(self, caches: list[KVCache]):
         self.stable = isinstance(caches[0], StableKVCache)  # whole 256-row steps
         self.lengths = [cache.offset for cache in caches]
-        capacity = STEP * ((max(self.lengths) + STEP) // STEP)
-        self.keys = stacked([c.keys for c in caches], self.lengths, capacity)
-        self.values = stacked([c.values for c in caches], self.lengths, capacity)
+        capacity = whole_steps(max(self.lengths) + 1)
+        self.keys = right_padded([c.keys for c in caches], self.lengths, capacity)
+        self.values = right_padded([c.values for c in caches], self.lengths, capacity)
         for cache in caches:  # the batch holds the rows now; `release` gives them back
             cache.keys = cache.values = None
 
@@ -82,7 +82,7 @@ class SharedKV:
     def grow(self, needed: int) -> None:
         size = self.keys.shape[2]
         if needed > size:
-            extra = STEP * ((needed - size + STEP - 1) // STEP)
+            extra = whole_steps(needed) - size
             self.keys = mx.pad(self.keys, [(0, 0), (0, 0), (0, extra), (0, 0)])
             self.values = mx.pad(self.values, [(0, 0), (0, 0), (0, extra), (0, 0)])
 
@@ -95,15 +95,6 @@ class SharedKV:
         for b, cache in enumerate(caches):
             cache.keys, cache.values = self.keys[b : b + 1], self.values[b : b + 1]
             cache.offset = self.lengths[b]
-
-
-def stacked(buffers: list[mx.array], lengths: list[int], capacity: int) -> mx.array:
-    """Each request's first `length` rows, zero-padded on the right to `capacity`."""
-    rows = []
-    for buffer, length in zip(buffers, lengths, strict=True):
-        real = buffer[..., :length, :]
-        rows.append(mx.pad(real, [(0, 0), (0, 0), (0, capacity - length), (0, 0)]))
-    return mx.concatenate(rows, axis=0)
 
 
 class SharedArrays(ArraysCache):
@@ -126,15 +117,20 @@ class SharedArrays(ArraysCache):
         self.recording = rollback.record_inputs(self)
 
     def commit(self, kept: list[int]) -> None:
+        """Each request that rejected rows goes through rollback.rollback_arrays on its
+        own row: its pre-step state and its slice of what the layer was fed."""
         rollback.disarm(self)
         inputs, module = self.recording.inputs, self.recording.module
-        assert inputs is not None and module is not None
+        assert inputs is not None
+        fed = inputs.shape[1]
         rows = [[state[b : b + 1] for state in self.cache] for b in range(len(kept))]
         for b, k in enumerate(kept):
-            if k < inputs.shape[1]:
+            if k < fed:
                 alone = ArraysCache(len(self.cache))
-                alone.cache = [state[b : b + 1] for state in self.before]
-                module(inputs[b : b + 1, :k], None, alone)
+                row = rollback.Recording(module, inputs[b : b + 1], None)
+                before = [state[b : b + 1] for state in self.before]
+                snap = rollback.ArraysSnapshot(before, None, None, row)
+                rollback.rollback_arrays(alone, snap, k, fed)
                 rows[b] = alone.cache
         self.cache = [mx.concatenate(states) for states in zip(*rows, strict=True)]
 
@@ -218,20 +214,21 @@ class Sequence:
     """One generation in a batch: its session and how far it has come."""
 
     session: Session
-    prompt: list[int]
     max_tokens: int
-    stats: GenerationStats
     emitted: int = 0
     anchor: int | None = None  # the last emitted token: the next round's first row
     prefill: Generator[None, None, None] | None = None
     tokens: list[Token] = field(default_factory=list)  # what the last step emitted
-    accepted: int = 0  # drafts the last round kept
-    kept: int = 0  # rows of the last round the target cache keeps (emitted tokens)
     queued: Queued | None = None  # alone and classic: the pipelined next token
 
     @property
     def decoding(self) -> bool:
         return self.prefill is None and not self.done
+
+    @property
+    def accepted(self) -> int:
+        """Drafts the last round kept."""
+        return self.session.last_accepted
 
     @property
     def done(self) -> bool:
@@ -264,7 +261,7 @@ class BatchDecoder:
         ignore_eos: bool = False,
     ) -> Sequence:
         session = Session(self.engine, params, stats, ignore_eos, width=self.width)
-        sequence = Sequence(session, prompt, max_tokens, stats)
+        sequence = Sequence(session, max_tokens)
         sequence.prefill = session.prefill_chunks(prompt)
         return sequence
 
@@ -274,9 +271,9 @@ class BatchDecoder:
         try:
             next(sequence.prefill)
             return []
-        except StopIteration:
+        except StopIteration as done:
             sequence.prefill = None
-        first = sequence.session.first
+            first: list[Token] = done.value
         sequence.emitted, sequence.anchor, sequence.tokens = 1, first[0].id, first
         return first
 
@@ -323,7 +320,9 @@ class BatchDecoder:
         mx.eval([current.arrays() for current in rounds])  # the step's one host sync
         for sequence, current in zip(sequences, rounds, strict=True):
             self.close(sequence, current)
-        state.commit([sequence.kept for sequence in sequences])
+        # The target cache keeps every emitted token's row: the anchor and the drafts
+        # before the last emitted token (the next anchor).
+        state.commit([len(sequence.tokens) for sequence in sequences])
 
     def release(self) -> None:
         """Give the sequences of the shared state their own caches back."""
@@ -343,21 +342,13 @@ class BatchDecoder:
             sequence.queued = queue_classic(session, current.choice)
         token = current.choice.item()
         session.count([token])
-        sequence.accepted, sequence.kept = 0, 1
         sequence.emit([token], current.rows)
 
     def solo_round(self, sequence: Sequence, width: int) -> None:
         assert sequence.anchor is not None
-        before = sequence.stats.accepted
         budget = sequence.max_tokens - sequence.emitted
-        tokens, rows = sequence.session.round(sequence.anchor, budget, width)
-        sequence.accepted = sequence.stats.accepted - before
-        sequence.emit(tokens, rows)
+        sequence.emit(*sequence.session.round(sequence.anchor, budget, width))
 
     def close(self, sequence: Sequence, current: Round) -> None:
-        before = sequence.stats.accepted
         budget = sequence.max_tokens - sequence.emitted
-        tokens, rows = sequence.session.close(current, budget)
-        sequence.accepted = sequence.stats.accepted - before
-        sequence.kept = len(tokens)
-        sequence.emit(tokens, rows)
+        sequence.emit(*sequence.session.close(current, budget))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -16,6 +16,7 @@ import mlx.nn as nn
 from drafter.sampling import SamplingParams, top_alternatives
 
 PREFILL_STEP = 2048
+Result = TypeVar("Result")
 
 
 @dataclass
@@ -52,7 +53,11 @@ def prefill_tapped(
     model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
 ) -> tuple[mx.array, list[mx.array]]:
     """The whole prefill at once: see `prefill_steps`."""
-    steps = prefill_steps(model, prompt, cache, capture)
+    return drain(prefill_steps(model, prompt, cache, capture))
+
+
+def drain(steps: Generator[None, None, Result]) -> Result:
+    """Run a stepwise generator to its end; its return value."""
     while True:
         try:
             next(steps)

@@ -34,7 +34,7 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
-from drafter.attention import StableKVCache, batch_key_length, tail_mask
+from drafter.attention import StableKVCache, batch_key_length, right_padded, tail_mask
 from drafter.files import read_config, text_config, write_dir_atomically
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -181,8 +181,11 @@ class Attention(nn.Module):
         if B == 1:
             keys, values, mask = fetched[0]
         else:
-            stable = isinstance(caches[0], StableKVCache)
-            keys, values, mask = right_padded(fetched, [s + L for s in block_starts], stable)
+            lengths = [start + L for start in block_starts]
+            width = batch_key_length(max(lengths), isinstance(caches[0], StableKVCache))
+            keys = right_padded([k for k, _, _ in fetched], lengths, width)
+            values = right_padded([v for _, v, _ in fetched], lengths, width)
+            mask = (mx.arange(width)[None] < mx.array(lengths)[:, None])[:, None, None, :]
         out = mx.fast.scaled_dot_product_attention(
             queries, keys, values, scale=self.scale, mask=mask
         )
@@ -207,22 +210,6 @@ class Attention(nn.Module):
             mask = tail_mask(block_start, L, keys.shape[2], keys.dtype, causal=False)
         cache.trim(L)
         return keys, values, mask
-
-
-def right_padded(
-    fetched: list[tuple[mx.array, mx.array, mx.array | None]], lengths: list[int], stable: bool
-) -> tuple[mx.array, mx.array, mx.array]:
-    """Requests' [context; block] keys and values, each cut to its real length, zero-padded
-    on the right to the longest (whole 256-row steps when `stable`) and stacked, with the
-    (B, 1, 1, K) mask of real keys."""
-    width = batch_key_length(max(lengths), stable)
-    keys, values = [], []
-    for (k, v, _), length in zip(fetched, lengths, strict=True):
-        pad = [(0, 0), (0, 0), (0, width - length), (0, 0)]
-        keys.append(mx.pad(k[..., :length, :], pad))
-        values.append(mx.pad(v[..., :length, :], pad))
-    mask = mx.arange(width)[None] < mx.array(lengths)[:, None]
-    return mx.concatenate(keys), mx.concatenate(values), mask[:, None, None, :]
 
 
 class DecoderLayer(nn.Module):

@@ -40,7 +40,7 @@ import mlx.nn as nn
 
 from drafter import acceptance, rollback
 from drafter.capture import installed
-from drafter.decoding import Drafter, GenerationStats, Token, make_tokens, prefill_steps
+from drafter.decoding import Drafter, GenerationStats, Token, drain, make_tokens, prefill_steps
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -153,12 +153,12 @@ class Session:
         if self.drafter is not None:
             self.capture = installed(self.model, self.drafter.target_layer_ids)
             self.draft_cache = self.drafter.make_cache(engine.stable_attention)
+            stats.block_size = self.width
         self.cache: list[Any] = []  # the target's; prefill makes it (or restores it)
         self.context: mx.array | None = None  # features not yet in the drafter's context
         self.chooser = TokenChooser(params)
         self.counts = mx.zeros((self.vocab,), mx.float32) if has_penalties(params) else None
-        if self.drafter is not None:
-            stats.block_size = self.width
+        self.last_accepted = 0  # drafts the last round kept (the batch's goodput reads it)
         missing = self.width - 1 - len(stats.accepted_per_position)
         stats.accepted_per_position.extend([0] * max(missing, 0))
 
@@ -166,9 +166,9 @@ class Session:
         if self.timer is not None:
             self.timer.mark(stage, *arrays)
 
-    def prefill_chunks(self, prompt: list[int]) -> Generator[None, None, None]:
+    def prefill_chunks(self, prompt: list[int]) -> Generator[None, None, list[Token]]:
         """Feed the prompt as classic decode does (after what the prompt cache holds of
-        it), one evaluated chunk per step; then choose the first token (`self.first`)."""
+        it), one evaluated chunk per step; then choose and return the first token."""
         self.cache, start, cached = self.engine.start_cache(
             prompt, self.stats, features=self.capture is not None
         )
@@ -183,13 +183,11 @@ class Session:
         logprobs = token_logprobs(logits, self.counts, self.params)
         anchor = self.chooser.choose(logprobs).item()
         self.count([anchor])
-        self.first = make_tokens([anchor], logprobs[None], self.params)
+        return make_tokens([anchor], logprobs[None], self.params)
 
     def prefill(self, prompt: list[int]) -> list[Token]:
         """The whole prefill at once; returns the first token."""
-        for _ in self.prefill_chunks(prompt):
-            pass
-        return self.first
+        return drain(self.prefill_chunks(prompt))
 
     def generate(self, prompt: list[int], max_tokens: int) -> Iterator[list[Token]]:
         if max_tokens <= 0:
@@ -325,6 +323,7 @@ class Session:
         return tokens
 
     def record(self, n_accepted: int, width: int) -> None:
+        self.last_accepted = n_accepted
         if width == 1:
             return  # a classic step: nothing drafted
         self.stats.rounds += 1
