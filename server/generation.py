@@ -1,9 +1,10 @@
-"""One completion request, run on the model worker thread.
+"""A completion's text, on the model worker thread.
 
-The HTTP side builds a `CompletionPlan` (already tokenized and validated); this
-module drives the engine round by round, turns tokens into text pieces with
-legacy logprobs, and reports them through `emit`. Between rounds it asks
-`should_stop` whether the client went away or the deadline passed.
+The HTTP side builds a `CompletionPlan` (already tokenized and validated); the
+scheduler (server/scheduler.py) decodes its choices and hands each round's tokens
+to the choice's `ChoiceRun`, which turns them into text pieces with legacy
+logprobs (stop strings, EOS) and reports them through `emit`. `Echoes` puts the
+prompt first when the request asks for echo.
 """
 
 from __future__ import annotations
@@ -13,47 +14,10 @@ from typing import Any
 
 from drafter.decoding import GenerationStats, Token
 from drafter.engine import Engine
-from server.events import ChoicePlan, Chunk, CompletionPlan, Finished, Usage
+from server.events import ChoicePlan, Chunk, CompletionPlan, Finished
 from server.textstream import Piece, Placed, TextStream
 
-
-class Stopped(Exception):
-    """Generation was abandoned between rounds; `reason` is 'cancelled' or 'timeout'."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
 Emit = Callable[[Chunk | Finished], None]
-ShouldStop = Callable[[], str | None]
-
-
-def run_completion(
-    engine: Engine, plan: CompletionPlan, emit: Emit, should_stop: ShouldStop
-) -> Usage:
-    """The whole request alone, choice after choice (the scheduler in server/scheduler.py
-    runs the same `ChoiceRun`s batched with other requests)."""
-    usage = Usage(prompt_tokens=sum(len(prompt) for prompt in plan.prompts))
-    names = TokenNames(engine.tokenizer)
-    echoes = Echoes(engine, plan, names)
-    for choice in plan.choices:
-        if (reason := should_stop()) is not None:
-            raise Stopped(reason)
-        run = ChoiceRun(engine, plan, choice, names, emit, echoes.emit(choice, emit))
-        rounds = engine.generate(
-            run.prompt, plan.max_tokens, choice.params, run.stats, plan.ignore_eos
-        )
-        for round_tokens in rounds:
-            if run.push(round_tokens):
-                break
-            if (reason := should_stop()) is not None:
-                raise Stopped(reason)
-        finished = run.finish()
-        usage.completion_tokens += finished.completion_tokens
-        usage.add_stats(run.stats)
-        emit(finished)
-    return usage
 
 
 class Echoes:

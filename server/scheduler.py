@@ -28,15 +28,8 @@ import structlog
 from drafter.batch import BatchDecoder, Sequence
 from drafter.engine import Engine
 from drafter.goodput import WidthControl
-from server.events import Done, Failed, Job
-from server.generation import (
-    ChoicePlan,
-    ChoiceRun,
-    Echoes,
-    Stopped,
-    TokenNames,
-    Usage,
-)
+from server.events import ChoicePlan, Done, Failed, Job, Usage
+from server.generation import ChoiceRun, Echoes, TokenNames
 from server.metrics import Metrics
 
 log = structlog.get_logger("draftwise.worker")
@@ -54,8 +47,7 @@ class Running:
 class JobState:
     job: Job
     usage: Usage
-    echoes: Echoes
-    names: TokenNames
+    echoes: Echoes  # its `names` are the job's token names too
     waiting: list[ChoicePlan]  # choices not started yet
     running: list[Running] = field(default_factory=list)
 
@@ -110,16 +102,15 @@ class Scheduler:
                 return
             job.started_at = time.monotonic()
             self.metrics.queue_wait.observe(job.started_at - job.admitted_at)
-            names = TokenNames(self.engine.tokenizer)
             plan = job.plan
             usage = Usage(prompt_tokens=sum(len(prompt) for prompt in plan.prompts))
-            echoes = Echoes(self.engine, plan, names)
-            self.states.append(JobState(job, usage, echoes, names, list(plan.choices)))
+            echoes = Echoes(self.engine, plan, TokenNames(self.engine.tokenizer))
+            self.states.append(JobState(job, usage, echoes, list(plan.choices)))
 
     def stop_abandoned(self) -> None:
         for state in list(self.states):
             if (reason := state.job.should_stop()) is not None:
-                self.end_stopped(state, Stopped(reason))
+                self.end_stopped(state, reason)
 
     def start_choices(self) -> None:
         free = self.max_batch_size - sum(len(state.running) for state in self.states)
@@ -136,7 +127,7 @@ class Scheduler:
     def start(self, state: JobState, choice: ChoicePlan) -> None:
         job, plan = state.job, state.job.plan
         offset = state.echoes.emit(choice, job.emit)
-        run = ChoiceRun(self.engine, plan, choice, state.names, job.emit, offset)
+        run = ChoiceRun(self.engine, plan, choice, state.echoes.names, job.emit, offset)
         if plan.max_tokens <= 0:
             self.end_choice(state, run)
             return
@@ -225,13 +216,14 @@ class Scheduler:
             self.metrics.record_prompt_cache(self.engine.prompt_cache)
             self.end(state, Done(usage))
 
-    def end_stopped(self, state: JobState, stopped: Stopped) -> None:
+    def end_stopped(self, state: JobState, reason: str) -> None:
+        """Cancelled (client gone), timed out, or cut at shutdown."""
         job = state.job
         started = job.started_at if job.started_at is not None else job.admitted_at
         ran_ms = round((time.monotonic() - started) * 1000, 1)
-        log.info("worker.stopped", request_id=job.id, reason=stopped.reason, ran_ms=ran_ms)
-        self.metrics.stopped.labels(reason=stopped.reason).inc()
-        self.end(state, Failed(stopped.reason, f"generation {stopped.reason}"))
+        log.info("worker.stopped", request_id=job.id, reason=reason, ran_ms=ran_ms)
+        self.metrics.stopped.labels(reason=reason).inc()
+        self.end(state, Failed(reason, f"generation {reason}"))
 
     def end_failed(self, state: JobState, error: Exception) -> None:
         log.exception("worker.request_failed", request_id=state.job.id, exc_info=error)

@@ -1,6 +1,10 @@
-"""ignore_eos through server.generation on both engine paths (classic and speculative)."""
+"""ignore_eos through the worker's scheduler on both engine paths (classic and speculative)."""
 
 from __future__ import annotations
+
+import asyncio
+import queue
+import time
 
 import pytest
 from mlx_lm import load
@@ -9,8 +13,9 @@ from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 from drafter.tiny import EOS, VOCAB, write_tiny_model
-from server.events import ChoicePlan, Chunk, CompletionPlan, Finished
-from server.generation import run_completion
+from server.events import ChoicePlan, Chunk, CompletionPlan, Done, Event, Finished, Job
+from server.metrics import Metrics
+from server.scheduler import Scheduler
 
 EOS_ID = VOCAB - 1
 ALWAYS_EOS = SamplingParams(temperature=0.0, logit_bias={EOS_ID: 100.0})
@@ -30,6 +35,26 @@ def engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     )
 
 
+def run(engine: Engine, plan: CompletionPlan) -> list[Event]:
+    """One job through the real scheduler, as the worker runs it; its events in order."""
+    loop = asyncio.new_event_loop()
+    try:
+        job = Job("test", plan, loop, deadline=time.monotonic() + 60)
+        jobs: queue.Queue[Job | None] = queue.Queue()
+        jobs.put(job)
+        jobs.put(None)  # then stop, as the worker's shutdown does
+        Scheduler(
+            engine, jobs, max_batch_size=4, metrics=Metrics(), on_job_end=lambda _: None
+        ).run()
+        loop.run_until_complete(asyncio.sleep(0))  # deliver what the worker handed over
+        events = []
+        while not job.events.empty():
+            events.append(job.events.get_nowait())
+        return events
+    finally:
+        loop.close()
+
+
 def complete(engine: Engine, ignore_eos: bool, max_tokens: int = 6) -> tuple[str, Finished]:
     plan = CompletionPlan(
         prompts=[list(b"ab")],
@@ -37,8 +62,8 @@ def complete(engine: Engine, ignore_eos: bool, max_tokens: int = 6) -> tuple[str
         max_tokens=max_tokens,
         ignore_eos=ignore_eos,
     )
-    events: list[Chunk | Finished] = []
-    run_completion(engine, plan, events.append, lambda: None)
+    events = run(engine, plan)
+    assert isinstance(events[-1], Done)
     text = "".join(e.text for e in events if isinstance(e, Chunk))
     (finished,) = [e for e in events if isinstance(e, Finished)]
     return text, finished
