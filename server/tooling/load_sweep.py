@@ -29,8 +29,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from server.blas import find_openblas
-from server.tooling.bench import HOST, SERVE_ENTRY, Server, free_port, get_json
+from server.tooling.bench import (
+    HOST,
+    SERVE_ENTRY,
+    Server,
+    free_port,
+    get_json,
+    server_environment,
+)
 from server.tooling.loadtest import LoadReport, machine, run_load
 
 READY_TIMEOUT_S = 600.0
@@ -42,19 +48,18 @@ def draftwise_command(port: int, batch: int, extra: Sequence[str]) -> list[str]:
 
 
 def mlx_lm_command(port: int, model: str) -> list[str]:
-    return [sys.executable, "-m", "mlx_lm", "server", "--model", model, "--host", HOST] + [
+    return [
+        sys.executable,
+        "-m",
+        "mlx_lm",
+        "server",
+        "--model",
+        model,
+        "--host",
+        HOST,
         "--port",
         str(port),
     ]
-
-
-def openblas_environment() -> dict[str, str]:
-    """mlx_lm.server gets the OpenBLAS that draftwise re-executes itself with."""
-    env = dict(os.environ)
-    library = find_openblas()
-    if library is not None:
-        env["LD_PRELOAD"] = " ".join(p for p in (str(library), env.get("LD_PRELOAD", "")) if p)
-    return env
 
 
 def served_model_path(port: int) -> str:
@@ -64,39 +69,27 @@ def served_model_path(port: int) -> str:
 
 def run_sweep(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     clients = [int(c) for c in args.clients.split(",")]
-    extra = list(args.server_arg)
-    ports = {"batched": free_port(), "serial": free_port()}
-    servers = {
-        "batched": Server(
-            draftwise_command(ports["batched"], 8, extra),
-            dict(os.environ),
-            ports["batched"],
-            logs / "batched.log",
-        ),
-        "serial": Server(
-            draftwise_command(ports["serial"], 1, extra),
-            dict(os.environ),
-            ports["serial"],
-            logs / "serial.log",
-        ),
-    }
-    for server in servers.values():
-        server.__enter__()
+    # Every arm gets the BLAS `draftwise bench` gives its servers (OpenBLAS preloaded
+    # where installed), so none re-executes and mlx_lm.server runs on the same BLAS.
+    env = server_environment(os.environ, "auto")
+    ports: dict[str, int] = {}
+    servers: dict[str, Server] = {}
+    for name, batch in (("batched", 8), ("serial", 1)):
+        ports[name] = free_port()
+        command = draftwise_command(ports[name], batch, args.server_arg)
+        servers[name] = Server(command, env, ports[name], logs / f"{name}.log").__enter__()
     try:
         health = {name: server.wait_ready(READY_TIMEOUT_S) for name, server in servers.items()}
+        # mlx_lm.server's /v1/models scans the Hugging Face cache (and fails without one):
+        # requests name its model by its own --model path, the target draftwise serves.
+        mlx_model = args.model_name or served_model_path(ports["batched"])
         if args.mlx_lm:
             ports["mlx_lm"] = free_port()
-            model = served_model_path(ports["batched"])
+            command = mlx_lm_command(ports["mlx_lm"], mlx_model)
             servers["mlx_lm"] = Server(
-                mlx_lm_command(ports["mlx_lm"], model),
-                openblas_environment(),
-                ports["mlx_lm"],
-                logs / "mlx_lm.log",
+                command, env, ports["mlx_lm"], logs / "mlx_lm.log"
             ).__enter__()
             health["mlx_lm"] = servers["mlx_lm"].wait_ready(READY_TIMEOUT_S)
-        # mlx_lm.server's /v1/models scans the Hugging Face cache (and fails without one):
-        # name its model directly, as its own --model path.
-        mlx_model = args.model_name or served_model_path(ports["batched"])
         runs: list[dict[str, Any]] = []
         names = list(servers)
         for turn, count in enumerate(clients):
@@ -104,14 +97,10 @@ def run_sweep(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
             for name in order:
                 url = f"http://{HOST}:{ports[name]}"
                 print(f"[sweep] {name}: {count} clients", file=sys.stderr, flush=True)
+                model = mlx_model if name == "mlx_lm" else None
                 report: LoadReport = asyncio.run(
                     run_load(
-                        url,
-                        count,
-                        args.requests,
-                        args.duration_s,
-                        args.max_tokens,
-                        model=mlx_model if name == "mlx_lm" else None,
+                        url, count, args.requests, args.duration_s, args.max_tokens, model=model
                     )
                 )
                 runs.append({"arm": name, "clients": count, **asdict(report)})
