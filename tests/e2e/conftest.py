@@ -10,7 +10,7 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
-from tests.e2e.serverproc import ServerProcess, clean_environ, free_port
+from tests.e2e.serverproc import ServerProcess, clean_environ
 
 API_KEY = "sk-test-draftwise"
 
@@ -19,13 +19,11 @@ API_KEY = "sk-test-draftwise"
 def server(
     tiny_model: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    port = free_port()
-    process = ServerProcess(
-        args=["--model", str(tiny_model), "--port", str(port)],
-        env=clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), LLAMA_API_KEY=API_KEY),
-        log_path=tmp_path_factory.mktemp("server") / "server.log",
-        port=port,
-        api_key=API_KEY,
+    process = ServerProcess.on_free_port(
+        ["--model", str(tiny_model)],
+        clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), LLAMA_API_KEY=API_KEY),
+        tmp_path_factory.mktemp("server") / "server.log",
+        API_KEY,
     )
     with process.running() as ready:
         yield ready

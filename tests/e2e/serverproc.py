@@ -52,6 +52,14 @@ class ServerProcess:
     api_key: str | None = None
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
+    @classmethod
+    def on_free_port(
+        cls, args: list[str], env: dict[str, str], log_path: Path, api_key: str | None = None
+    ) -> ServerProcess:
+        """A server for `draftwise serve ARGS` on a port nothing else listens on."""
+        port = free_port()
+        return cls([*args, "--port", str(port)], env, log_path, port, api_key)
+
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"

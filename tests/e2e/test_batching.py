@@ -14,7 +14,7 @@ import pytest
 
 from drafter.dflash import write_random_drafter
 from tests.e2e.conftest import API_KEY, auth
-from tests.e2e.serverproc import ServerProcess, clean_environ, free_port
+from tests.e2e.serverproc import ServerProcess, clean_environ
 
 # (prompt, max_tokens): different prompt lengths and different output lengths, so
 # requests join and leave the batch at different steps.
@@ -35,13 +35,11 @@ def speculative_server(
     tiny_model: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     drafter = write_random_drafter(model_cache / "batch-drafter", tiny_model, seed=4)
-    port = free_port()
-    process = ServerProcess(
-        args=["--model", str(tiny_model), "--draft-model", str(drafter), "--port", str(port)],
-        env=clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), DRAFTWISE_API_KEY=API_KEY),
-        log_path=tmp_path_factory.mktemp("batch-server") / "server.log",
-        port=port,
-        api_key=API_KEY,
+    process = ServerProcess.on_free_port(
+        ["--model", str(tiny_model), "--draft-model", str(drafter)],
+        clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), DRAFTWISE_API_KEY=API_KEY),
+        tmp_path_factory.mktemp("batch-server") / "server.log",
+        API_KEY,
     )
     with process.running() as ready:
         yield ready

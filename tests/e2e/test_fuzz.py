@@ -22,7 +22,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from tests.e2e.serverproc import ServerProcess, clean_environ, free_port
+from tests.e2e.serverproc import ServerProcess, clean_environ
 
 API_KEY = "sk-fuzz"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -47,10 +47,9 @@ EXAMPLES = {
 
 @pytest.fixture(scope="module")
 def fuzz_server(tiny_model: Path, tmp_path: Path) -> Iterator[ServerProcess]:
-    port = free_port()
-    args = ["--model", str(tiny_model), "--port", str(port), "--api-key", API_KEY]
+    args = ["--model", str(tiny_model), "--api-key", API_KEY]
     args += ["--default-max-tokens", str(CHEAP_MAX_TOKENS), "--max-body-bytes", "65536"]
-    process = ServerProcess(args, clean_environ(), tmp_path / "server.log", port, API_KEY)
+    process = ServerProcess.on_free_port(args, clean_environ(), tmp_path / "server.log", API_KEY)
     with process.running() as ready:
         yield ready
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import API_KEY, auth
-from tests.e2e.serverproc import ServerProcess, clean_environ, free_port
+from tests.e2e.serverproc import ServerProcess, clean_environ
 
 ORIGIN = "http://app.example"
 BODY_LIMIT = 4096
@@ -29,13 +29,13 @@ ONE_ROUND_S = 0.5
 
 @pytest.fixture(scope="module")
 def tight(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    port = free_port()
     # A batch of one and a queue of one: the second request waits, the third is refused.
-    args = ["--model", str(tiny_model), "--port", str(port), "--max-queue-depth", "1"]
+    args = ["--model", str(tiny_model), "--max-queue-depth", "1"]
     args += ["--max-batch-size", "1"]
     args += ["--max-body-bytes", str(BODY_LIMIT), "--cors-allow-origins", ORIGIN]
     log = tmp_path_factory.mktemp("tight") / "server.log"
-    process = ServerProcess(args, clean_environ(DRAFTWISE_API_KEY=API_KEY), log, port, API_KEY)
+    env = clean_environ(DRAFTWISE_API_KEY=API_KEY)
+    process = ServerProcess.on_free_port(args, env, log, API_KEY)
     with process.running() as ready:
         yield ready
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import httpx
 
-from tests.e2e.serverproc import ServerProcess, clean_environ, free_port
+from tests.e2e.serverproc import ServerProcess, clean_environ
 
 
 def start(tiny_model: Path, tmp_path: Path, grace_s: float) -> ServerProcess:
-    port = free_port()
-    args = ["--model", str(tiny_model), "--port", str(port), "--shutdown-grace-s", str(grace_s)]
-    return ServerProcess(args, clean_environ(), tmp_path / "server.log", port).start().wait_ready()
+    args = ["--model", str(tiny_model), "--shutdown-grace-s", str(grace_s)]
+    server = ServerProcess.on_free_port(args, clean_environ(), tmp_path / "server.log")
+    return server.start().wait_ready()
 
 
 def stream_body(http: httpx.Client, max_tokens: int) -> dict[str, object]:

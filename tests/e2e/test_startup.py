@@ -221,9 +221,8 @@ def mxfp4_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 def test_an_unmeasured_configuration_logs_the_dflash_default_with_no_override(
     mxfp4_model: Path, tmp_path: Path
 ):
-    port = free_port()
-    args = ["--model", str(mxfp4_model), "--port", str(port)]
-    server = ServerProcess(args, clean_environ(), tmp_path / "serve.log", port).start()
+    args = ["--model", str(mxfp4_model)]
+    server = ServerProcess.on_free_port(args, clean_environ(), tmp_path / "serve.log").start()
     try:
         config = server.wait_ready().wait_for_event("dflash.config")
     finally:
