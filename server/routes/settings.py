@@ -39,18 +39,14 @@ SETTINGS_OK: dict[int | str, dict[str, Any]] = {
 def read_only_values(state: ServerState) -> dict[str, Any]:
     settings = state.settings
     loaded = state.loaded
-    values: dict[str, Any] = {name: getattr(settings, name, None) for name in STARTUP_ONLY}
+    # As configured (draft_block_size is the policy's, known once loaded); what the
+    # loaded worker actually serves replaces some of these below.
+    names = STARTUP_ONLY + WORKER_OWNED
+    values: dict[str, Any] = {name: getattr(settings, name, None) for name in names}
     values["cache_dir"] = str(settings.cache_dir)
     values["policy_file"] = str(settings.policy_file) if settings.policy_file else None
     values["api_key"] = "<set>" if settings.api_key else None
-    values["draft_kind"] = settings.draft_kind
-    values["max_batch_size"] = settings.max_batch_size
-    if loaded is None:
-        values["model"] = settings.model
-        values["draft_model"] = settings.draft_model
-        values["draft_block_size"] = None
-        values["prompt_cache_bytes"] = settings.prompt_cache_bytes
-    else:
+    if loaded is not None:
         config = loaded.speculative_config()
         values["model"] = str(loaded.target_path)
         values["draft_model"] = config["drafter"]
