@@ -10,9 +10,13 @@ chosen by the hash of each source's relative path (stdlib paths bare, installed 
 under `site/`), is held out for evaluation, so every machine agrees on the split.
 
 Three kinds of prompt:
-- "code": a run of whole lines from a source file, continued raw;
-- "prose": a run of paragraphs from the reference topics or a docstring, continued raw;
+- "code": a run of whole lines from a source file, continued raw; a quarter as many
+  again are short (one to a few lines, as a function header is);
+- "prose": a run of paragraphs from the reference topics or a docstring, continued raw,
+  and short openings likewise;
 - "chat": an instruction about a code or prose excerpt in the target's chat template.
+  The training script adds chat turns whose user side the target writes itself, from
+  one of `USER_OPENERS` (scripts/train_drafter.py: self_chat_prompts).
 
 Stdlib only, so it runs wherever the training script runs.
 """
@@ -74,12 +78,53 @@ SHORT_PROMPTS: tuple[tuple[str, str], ...] = (
 )
 
 
+# How a user turn the target writes for itself begins (sampled on from there); "" lets
+# it begin the turn itself.
+USER_OPENERS: tuple[str, ...] = (
+    "",
+    "",
+    "How do I",
+    "How can I",
+    "Write a",
+    "Write a Python function",
+    "What is",
+    "What are",
+    "What is the difference between",
+    "Explain",
+    "Can you",
+    "Why does",
+    "Why is",
+    "Give me",
+    "Tell me about",
+    "Help me",
+    "I need",
+    "Create a",
+    "Describe",
+    "Compare",
+    "List",
+    "Summarize",
+    "Is it",
+    "Which",
+    "Fix this",
+    "Translate",
+    "Suggest",
+    "Write a short story about",
+    "Write a poem about",
+    "What happens when",
+    "Show me",
+    "In Python,",
+    "In SQL,",
+    "Please",
+)
+
+
 @dataclass(frozen=True)
 class Prompt:
     text: str
     kind: str  # "code", "prose" or "chat"
     source: str  # relative path (or "topics/<key>") the text came from
     chat: bool = False
+    history: tuple[str, ...] = ()  # chat: earlier turns, user and assistant alternating
 
 
 def stdlib_root() -> Path:
@@ -201,6 +246,20 @@ def raw_prompts(
     return prompts
 
 
+def short_prompts(
+    sources: list[tuple[str, str]], kind: str, count: int, rng: random.Random
+) -> list[Prompt]:
+    """`count` openings of one to a few lines (20-200 characters), as everyday prompts
+    are: a function header, a first sentence."""
+    prompts = []
+    for _ in range(count if sources else 0):
+        rel, text = sources[rng.randrange(len(sources))]
+        window = line_window(text, rng, 20, 200).rstrip()
+        if len(window.strip()) >= 12:
+            prompts.append(Prompt(window, kind, rel))
+    return prompts
+
+
 def chat_prompts(
     sources: list[tuple[str, str]], kind: str, count: int, rng: random.Random
 ) -> list[Prompt]:
@@ -244,6 +303,8 @@ def build_prompts(
     code_per_file: int = 12,
     prose_per_source: int = 8,
     site: bool = False,
+    max_site_code: int = 16000,
+    max_site_prose: int = 6000,
 ) -> list[Prompt]:
     """Every prompt (train and held-out), in a deterministic order for a given seed."""
     root = root or stdlib_root()
@@ -251,7 +312,7 @@ def build_prompts(
     code = source_files(root)
     prose = topic_texts(root) + all_docstrings(code)
     if site:
-        site_code, site_prose = site_sources()
+        site_code, site_prose = site_sources(max_site_code, max_site_prose)
         prose += site_prose + all_docstrings(site_code)
         code += site_code
     prompts = raw_prompts(code, "code", code_per_file, rng)
@@ -260,7 +321,14 @@ def build_prompts(
     prompts += chat_prompts(code, "code", n_chat // 2, rng)
     prompts += chat_prompts(prose, "prose", n_chat - n_chat // 2, rng)
     rng.shuffle(prompts)
-    return prompts
+    # Short openings last, from their own stream: the prompts above (and so the held-out
+    # prompts every record names) stay what they were before these were added.
+    short = random.Random(seed + 1)
+    n_short = len(prompts) // 8
+    openings = short_prompts(code, "code", n_short, short)
+    openings += short_prompts(prose, "prose", n_short, short)
+    short.shuffle(openings)
+    return prompts + openings
 
 
 def split(prompts: list[Prompt]) -> tuple[list[Prompt], list[Prompt]]:

@@ -25,8 +25,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
+def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
+    """(b, V) logits -> (b,) token ids: the argmax, or one draw at `temperature`."""
+    if temperature <= 0:
+        return logits.argmax(-1)
+    probs = (logits.float() / temperature).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
 class StaticDecoder:
-    """Greedy continuations of left-padded prompt batches with a static KV cache."""
+    """Continuations of left-padded prompt batches with a static KV cache."""
 
     def __init__(self, model: nn.Module, config: dict):
         self.model = model
@@ -93,11 +101,18 @@ class StaticDecoder:
 
     @torch.no_grad()
     def generate(
-        self, ids: torch.Tensor, pad: torch.Tensor, new_tokens: int, eos_ids: tuple[int, ...]
+        self,
+        ids: torch.Tensor,
+        pad: torch.Tensor,
+        new_tokens: int,
+        eos_ids: tuple[int, ...],
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """ids (b, P) left-padded, pad (b, P) True at padding -> (b, new_tokens) greedy
-        ids; a row that has emitted an EOS keeps decoding (its tail is cut by the caller),
-        and the loop ends once every row has."""
+        """ids (b, P) left-padded, pad (b, P) True at padding -> (b, new_tokens) ids,
+        greedy (temperature 0) or sampled from softmax(logits / temperature); a row that
+        has emitted an EOS keeps decoding (its tail is cut by the caller), and the loop
+        ends once every row has."""
         b, width = ids.shape
         dev, dtype = ids.device, self.model.model.embed_tokens.weight.dtype
         total = width + new_tokens
@@ -118,7 +133,7 @@ class StaticDecoder:
         eos = torch.tensor(eos_ids, device=dev)
         done = torch.zeros(b, dtype=torch.bool, device=dev)
         for t in range(new_tokens):
-            token = logits.argmax(-1)
+            token = choose(logits, temperature, generator)
             out[:, t] = token
             done |= torch.isin(token, eos)
             if t == new_tokens - 1 or (t % 16 == 15 and bool(done.all())):

@@ -52,7 +52,13 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_train_data import SHORT_PROMPTS, Prompt, build_prompts, split  # noqa: E402
+from make_train_data import (  # noqa: E402
+    SHORT_PROMPTS,
+    USER_OPENERS,
+    Prompt,
+    build_prompts,
+    split,
+)
 from static_decode import StaticDecoder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -135,19 +141,31 @@ class FeatureTap:
 # --- data -----------------------------------------------------------------------------
 
 
+def chat_messages(prompt: Prompt) -> list[dict[str, str]]:
+    turns = [*prompt.history, prompt.text]
+    roles = ("user", "assistant")
+    return [{"role": roles[i % 2], "content": text} for i, text in enumerate(turns)]
+
+
 def encode(prompts: list[Prompt], tokenizer, max_prompt_tokens: int) -> list[list[int]]:
-    """Token ids of each prompt (chat ones in the chat template), the last
-    max_prompt_tokens kept; one batched tokenizer call."""
+    """Token ids of each prompt (chat ones in the chat template, earlier turns
+    included), the last max_prompt_tokens kept; one batched tokenizer call."""
     texts = [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p.text}], tokenize=False, add_generation_prompt=True
-        )
+        tokenizer.apply_chat_template(chat_messages(p), tokenize=False, add_generation_prompt=True)
         if p.chat
         else p.text
         for p in prompts
     ]
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     return [ids[-max_prompt_tokens:] for ids in encoded]
+
+
+def user_turn_prefix(tokenizer, history: tuple[str, ...]) -> str:
+    """The chat template's text up to where the next user turn's words begin."""
+    marker = "\x00"
+    messages = chat_messages(Prompt(marker, "chat", "", chat=True, history=history))
+    text = tokenizer.apply_chat_template(messages, tokenize=False)
+    return text[: text.rindex(marker)]
 
 
 def greedy_continuations(
@@ -158,13 +176,17 @@ def greedy_continuations(
     device: torch.device,
     deadline: float,
     seed: int = 0,
-) -> list[tuple[list[int], list[int]]]:
-    """(prompt ids, greedy continuation ids up to and incl. the first EOS), batched.
+    temperature: float = 0.0,
+) -> list[tuple[list[int], list[int]] | None]:
+    """Per prompt, in order: (prompt ids, continuation ids up to and incl. the first
+    EOS), or None where the deadline came first. Greedy (the labels), or sampled at
+    `temperature` (the target writing user turns).
 
     Batches are runs of prompts of similar length (little padding), taken in a seeded
     random order, so a deadline cuts across all lengths rather than dropping the long
     prompts."""
-    out = []
+    sampler = torch.Generator(device=device).manual_seed(seed)
+    out: list[tuple[list[int], list[int]] | None] = [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     chunks = [order[i : i + batch] for i in range(0, len(order), batch)]
     random.Random(seed).shuffle(chunks)
@@ -178,11 +200,48 @@ def greedy_continuations(
         for row, p in enumerate(chunk):
             ids[row, width - len(p) :] = torch.tensor(p)
             pad[row, width - len(p) :] = False
-        gen = decoder.generate(ids.to(device), pad.to(device), new_tokens, EOS_IDS).tolist()
-        for p, g in zip(chunk, gen, strict=True):
+        gen = decoder.generate(
+            ids.to(device), pad.to(device), new_tokens, EOS_IDS, temperature, sampler
+        ).tolist()
+        for i, p, g in zip(chunk_index, chunk, gen, strict=True):
             cut = next((i + 1 for i, t in enumerate(g) if t in EOS_IDS), len(g))
-            out.append((p, g[:cut]))
+            out[i] = (p, g[:cut])
     return out
+
+
+def self_chat(label, sample, tokenizer, count: int, seed: int) -> list[Prompt]:
+    """`count` chat prompts whose user turns the target writes itself, then about a
+    third more that are second turns.
+
+    A user turn: the target continues the chat template's `<|im_start|>user\n` plus one
+    of USER_OPENERS at temperature 1, up to its `<|im_end|>` (a turn that does not end
+    within the sample length is dropped). A second turn follows the target's greedy
+    answer to the first (`label`: prompts -> answer ids or None)."""
+    rng = random.Random(seed)
+
+    def user_turns(histories: list[tuple[str, ...]]) -> list[Prompt]:
+        if not histories:
+            return []
+        openers = [rng.choice(USER_OPENERS) for _ in histories]
+        texts = [
+            user_turn_prefix(tokenizer, h) + o for h, o in zip(histories, openers, strict=True)
+        ]
+        prompts = []
+        for history, opener, ids in zip(histories, openers, sample(texts), strict=True):
+            if ids and ids[-1] in EOS_IDS:
+                text = (opener + tokenizer.decode(ids[:-1])).strip()
+                if len(text) >= 8:
+                    prompts.append(Prompt(text, "chat", "self-chat", chat=True, history=history))
+        return prompts
+
+    first = user_turns([()] * count)
+    answers = label(first[: len(first) // 3])
+    histories = [
+        (p.text, tokenizer.decode(a[:-1]).strip())
+        for p, a in zip(first[: len(answers)], answers, strict=True)
+        if a and a[-1] in EOS_IDS
+    ]
+    return first + user_turns(histories)
 
 
 @torch.no_grad()
@@ -693,6 +752,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-prompt-tokens", type=int, default=320)
     p.add_argument("--new-tokens", type=int, default=192)
     p.add_argument("--gen-batch", type=int, default=2048)
+    p.add_argument(
+        "--self-chat", type=int, default=24000, help="user turns the target writes (0: none)"
+    )
+    p.add_argument("--user-turn-tokens", type=int, default=48, help="a written user turn's cap")
+    p.add_argument("--init", type=Path, default=None, help="start from this drafter dir's weights")
     p.add_argument("--eval-per-kind", type=int, default=64)
     p.add_argument("--draft-vocab", type=int, default=16384, help="0: none")
     p.add_argument("--batch", type=int, default=48)
@@ -733,26 +797,47 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     check = encode([p for p in held if p.kind != "chat"][:4] + short[-4:], tokenizer, 320)
     log(static_decode_check(target, decoder, check, device), records)
 
-    def generate(items: list[Prompt], deadline: float) -> tuple[list, list[str]]:
-        encoded = encode(items, tokenizer, args.max_prompt_tokens)
+    def continue_ids(encoded, new_tokens, deadline, temperature, what):
         began = time.perf_counter()
         pairs = greedy_continuations(
-            decoder, encoded, args.new_tokens, args.gen_batch, device, deadline, args.seed
+            decoder,
+            encoded,
+            new_tokens,
+            args.gen_batch,
+            device,
+            deadline,
+            args.seed,
+            temperature,
         )
-        new = sum(len(g) for _, g in pairs)
+        new = sum(len(pair[1]) for pair in pairs if pair)
         seconds = time.perf_counter() - began
         log(
             {
                 "event": "generated",
-                "seqs": len(pairs),
+                "what": what,
+                "seqs": sum(pair is not None for pair in pairs),
                 "new_tokens": new,
                 "tok_per_s": round(new / max(seconds, 1e-9)),
             },
             records,
         )
-        # greedy_continuations sorts by length; recover each pair's kind by its prompt.
-        kind_of = {tuple(e): p.kind for e, p in zip(encoded, items, strict=True)}
-        return pairs, [kind_of[tuple(p)] for p, _ in pairs]
+        return pairs
+
+    def generate(items: list[Prompt], deadline: float) -> tuple[list, list[str]]:
+        encoded = encode(items, tokenizer, args.max_prompt_tokens)
+        pairs = continue_ids(encoded, args.new_tokens, deadline, 0.0, "labels")
+        done = [(pair, p.kind) for pair, p in zip(pairs, items, strict=True) if pair]
+        return [pair for pair, _ in done], [kind for _, kind in done]
+
+    def label(items: list[Prompt]) -> list[list[int] | None]:
+        encoded = encode(items, tokenizer, args.max_prompt_tokens)
+        pairs = continue_ids(encoded, args.new_tokens, float("inf"), 0.0, "answers")
+        return [pair[1] if pair else None for pair in pairs]
+
+    def sample(texts: list[str]) -> list[list[int] | None]:
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        pairs = continue_ids(encoded, args.user_turn_tokens, float("inf"), 1.0, "user turns")
+        return [pair[1] if pair else None for pair in pairs]
 
     eval_pairs, eval_kinds = generate(held, float("inf"))
     short_pairs, short_kinds = generate(short, float("inf"))
@@ -761,7 +846,12 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     else:
         # The budget counts from here: building and encoding 10^5 prompts takes minutes.
         deadline = time.perf_counter() + args.data_seconds
-        train_pairs, train_kinds = generate(train_prompts, deadline)
+        chats = self_chat(label, sample, tokenizer, args.self_chat, args.seed + 2)
+        examples = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
+        log({"event": "self_chat", "prompts": len(chats), "examples": examples}, records)
+        chat_pairs, chat_kinds = generate(chats, float("inf"))  # all of them
+        raw_pairs, raw_kinds = generate(train_prompts, deadline)  # what the budget leaves
+        train_pairs, train_kinds = chat_pairs + raw_pairs, chat_kinds + raw_kinds
         if not train_pairs:
             raise SystemExit(
                 f"no training data generated within --data-seconds {args.data_seconds}"
@@ -779,6 +869,24 @@ def make_trainee(args, target_cfg, layers: int, device) -> Trainee:
     model = Drafter(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     return Trainee(layers, cfg, model, opt)
+
+
+def warm_start(trainee: Trainee, init: Path) -> None:
+    """Load a saved drafter's weights (model.safetensors or its parts) into the trainee;
+    its depth must match."""
+    from safetensors.torch import load_file
+
+    config = json.loads((init / "config.json").read_text())
+    if config["num_hidden_layers"] != trainee.layers:
+        raise SystemExit(
+            f"--init {init} has {config['num_hidden_layers']} layers, not {trainee.layers}"
+        )
+    weights = {
+        name: tensor.float()
+        for part in sorted(init.glob("model*.safetensors"))
+        for name, tensor in load_file(str(part)).items()
+    }
+    trainee.model.load_state_dict(weights, strict=True)
 
 
 def checkpoint_path(args, trainee: Trainee) -> Path:
@@ -856,6 +964,8 @@ def main(argv: list[str] | None = None) -> None:
     step, total = 0, 0
     for t in trainees:
         step, total = resume(args, t)
+        if step == 0 and args.init is not None:
+            warm_start(t, args.init)
         params = sum(p.numel() for p in t.model.parameters())
         log({"event": "drafter", "name": t.name, "params": params, "resumed_at": step}, records)
     total = total or args.steps or 10**9

@@ -2,18 +2,22 @@
 # H200 call (the one that carries the last payload part): build the bf16 target dir,
 # start drafter training in the background (its own session, so it outlives this call
 # while the machine stays held), then follow its log until this call's time is nearly up.
-cp .payload4/* /root/keep/ 2>/dev/null
+# LAYERS (default "5"), INIT (a drafter dir to start from; default the shipped one, ""
+# for a fresh start), LR, DATA_S, BUDGET_S, SELF_CHAT tune the run.
+cp .payload06/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
 python3 -c "from drafter.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
   > $OUT/target.txt 2>&1
 BF16=$(ls -d /root/cache/smollm2-*-bfloat16 | head -1)
 mkdir -p /root/keep/train
+INIT=${INIT-drafter/default_pair}
 setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
-  --out /root/keep/train --site --layers 3 5 --gen-batch 2048 --data-seconds ${DATA_S:-210} \
-  --budget-seconds ${BUDGET_S:-780} --eval-seconds 70 --batch 64 --split-mib 15 \
-  > /root/keep/train/stdout.txt 2>&1 < /dev/null &
+  --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
+  ${INIT:+--init $INIT} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-24000} \
+  --data-seconds ${DATA_S:-300} --budget-seconds ${BUDGET_S:-800} --eval-seconds 70 \
+  --batch 64 --split-mib 15 > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "trained"\|Traceback' /root/keep/train/stdout.txt && break
 done
-grep -v Warning /root/keep/train/stdout.txt | cut -c1-400 | tail -40
+grep -v Warning /root/keep/train/stdout.txt | cut -c1-600 | tail -40
