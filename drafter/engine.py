@@ -9,7 +9,7 @@ emit exactly the same token stream for the same greedy request.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -97,14 +97,22 @@ class Engine:
         params: SamplingParams,
         stats: GenerationStats | None = None,
         ignore_eos: bool = False,
+        width: int | None | Literal["loaded"] = "loaded",
     ) -> Iterator[list[Token]]:
         """Yield the tokens of each round; stops after max_tokens or an EOS token (yielded).
-        With `ignore_eos`, EOS is an ordinary token and only max_tokens stops."""
+        With `ignore_eos`, EOS is an ordinary token and only max_tokens stops.
+
+        `width`: draft rows per round, up to the drafter's block; None: classic decode;
+        "loaded": the width resolved at startup (classic when there is none)."""
         stats = stats if stats is not None else GenerationStats()
-        if self.speculative:
-            yield from speculative_generate(self, prompt, max_tokens, params, stats, ignore_eos)
-        else:
+        if width == "loaded":
+            width = self.block_size if self.speculative else None
+        if width is None:
             yield from self.classic_generate(prompt, max_tokens, params, ignore_eos, stats)
+        else:
+            yield from speculative_generate(
+                self, prompt, max_tokens, params, stats, ignore_eos, width
+            )
 
     def classic_generate(
         self,

@@ -19,6 +19,7 @@ import mlx.nn as nn
 from mlx_lm import load as mlx_lm_load
 
 from drafter.device import probe_device, quantization_of
+from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine
 from drafter.files import config_value, read_config
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
@@ -84,26 +85,30 @@ class Loaded:
     def speculative(self) -> bool:
         return self.engine.speculative
 
-    def speculative_config(self) -> dict[str, Any]:
+    def speculative_config(self) -> SpeculativeConfig:
         """The fields of the `dflash.config` log line, /health and /v1/settings."""
         capability = self.device.compute_capability
         capability_text = None if capability is None else f"{capability[0]}.{capability[1]}"
         cache = self.engine.prompt_cache
-        return {
-            "block_size": self.resolution.width,
-            "source": self.resolution.source,
-            "reason": self.resolution.reason,
-            "ignored": [override.describe() for override in self.resolution.ignored],
-            "speculative": self.speculative,
-            "drafter": str(self.drafter_path) if self.drafter_path else NO_DRAFTER,
-            "backend": self.device.backend,
-            "compute_capability": capability_text,
-            "quantization": self.quantization,
-            "stable_attention": self.engine.stable_attention,
-            **(self.probe.fields() if self.probe else {"exactness": self.exactness}),
-            "warm_up_s": self.warm_up_s,
-            "prompt_cache_bytes": 0 if cache is None else cache.max_bytes,
-        }
+        config = SpeculativeConfig(
+            block_size=self.resolution.width,
+            source=self.resolution.source,
+            reason=self.resolution.reason,
+            ignored=[override.describe() for override in self.resolution.ignored],
+            speculative=self.speculative,
+            drafter=str(self.drafter_path) if self.drafter_path else NO_DRAFTER,
+            model_path=str(self.target_path),
+            backend=self.device.backend,
+            compute_capability=capability_text,
+            quantization=self.quantization,
+            stable_attention=self.engine.stable_attention,
+            exactness=self.exactness,
+            warm_up_s=self.warm_up_s,
+            prompt_cache_bytes=0 if cache is None else cache.max_bytes,
+        )
+        if self.probe is not None:
+            config.update(self.probe.fields())
+        return config
 
 
 def default_prompt_cache_bytes() -> int:
@@ -128,7 +133,7 @@ def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> Default
     The single place the default pair is chosen; a trained DFlash drafter for it
     plugs in here as `drafter`.
     """
-    from drafter.smollm2 import ensure_smollm2
+    from drafter.checkpoints.smollm2 import ensure_smollm2
 
     if dtype == "auto":
         dtype = "float32" if device.backend == "cpu" else "bfloat16"
@@ -160,27 +165,26 @@ def load_engine(options: LoadOptions) -> Loaded:
         max_width=None if drafter is None else drafter.max_width,
         calibration=options.calibration,
     )
-    classic = Engine(
-        model, tokenizer, model_id=model_id, context_length=context_length(target_path)
-    )
-    if drafter is None or resolution.width is None:
-        exactness = "off" if options.exactness == "off" else "n/a"
-        attach_prompt_cache(classic, options.prompt_cache_bytes)
-        return Loaded(
-            classic, target_path, drafter_path, device, quantization, resolution, exactness
-        )
+    speculative = drafter is not None and resolution.width is not None
     engine = Engine(
         model,
         tokenizer,
         model_id=model_id,
-        context_length=classic.context_length,
-        drafter=drafter,
-        block_size=resolution.width,
+        context_length=context_length(target_path),
+        drafter=drafter if speculative else None,
+        block_size=resolution.width if speculative else None,
     )
+    if not speculative:
+        exactness = "off" if options.exactness == "off" else "n/a"
+        attach_prompt_cache(engine, options.prompt_cache_bytes)
+        return Loaded(
+            engine, target_path, drafter_path, device, quantization, resolution, exactness
+        )
     probe = None if options.exactness == "off" else probe_exactness(engine)
     exactness = "off" if probe is None else probe.exactness
     if probe is not None and not serves_speculation(options.exactness, probe):
-        engine = classic  # speculation would change greedy output: serve classic, loudly
+        # Speculation would change greedy output: serve classic decode, loudly.
+        engine.drafter, engine.block_size = None, None
     # CPU kernels need no compilation and attention builds no graphs there: nothing to warm.
     warm = options.warm_up and device.backend != "cpu"
     warmed = warm_up(engine) if warm else None

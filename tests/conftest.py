@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from drafter.tiny import ensure_tiny_model
+from drafter.checkpoints.tiny import ensure_tiny_model
 
 
 @pytest.fixture(scope="session")

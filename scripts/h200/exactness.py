@@ -13,9 +13,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from make_train_data import SHORT_PROMPTS, held_out_prompts  # noqa: E402
 
+from drafter.checkpoints.smollm2 import ensure_smollm2  # noqa: E402
 from drafter.loading import LoadOptions, load_engine  # noqa: E402
 from drafter.probe import PROBE_PROMPTS, probe_exactness  # noqa: E402
-from drafter.smollm2 import ensure_smollm2  # noqa: E402
 
 
 def prompts(tokenizer) -> list[list[int]]:

@@ -7,7 +7,7 @@ cp .payload4/* /root/keep/ 2>/dev/null
   python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"; } > $OUT/device.txt 2>&1
 python3 - > $OUT/targets.txt 2>&1 <<'PY'
 from mlx_lm import load
-from drafter.smollm2 import ensure_smollm2, sanity_check
+from drafter.checkpoints.smollm2 import ensure_smollm2, sanity_check
 print("BF16", ensure_smollm2(None, "bfloat16"))
 q4 = ensure_smollm2(None, "bfloat16", quantize_bits=4)
 print("Q4", q4)

@@ -7,7 +7,7 @@
 cp .payload06/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
-python3 -c "from drafter.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
+python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
   > $OUT/target.txt 2>&1
 BF16=$(ls -d /root/cache/smollm2-*-bfloat16 | head -1)
 mkdir -p /root/keep/train

@@ -36,6 +36,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from drafter.diagnostics import SpeculativeConfig
 from policy import OVERRIDE_ENV_VARS
 from server.blas import BLAS_ENV, BLAS_MODES, blas_kind, find_openblas, plan_reexec, preloaded
 from server.tooling.bench_record import (
@@ -300,24 +303,21 @@ def arm_label(width: int | None, position: str = "") -> str:
     return f"classic{position}" if width is None else f"width {width}"
 
 
-def speculative_config(health: Mapping[str, Any]) -> dict[str, Any]:
-    """The speculative diagnostics from /health, wherever the server nests them."""
-    if "block_size" in health:
-        return dict(health)
-    for value in health.values():
-        if isinstance(value, Mapping) and "block_size" in value:
-            return dict(value)
-    return {}
+def speculative_config(health: Mapping[str, Any]) -> SpeculativeConfig:
+    """/health's "speculative" block, checked against the loader's own type."""
+    try:
+        return TypeAdapter(SpeculativeConfig).validate_python(health["speculative"])
+    except (KeyError, ValidationError) as error:
+        raise BenchError(f"/health has no valid 'speculative' block: {error}") from None
 
 
 def served_summary(health: Mapping[str, Any]) -> dict[str, Any]:
+    """What a record says of the server that ran an arm."""
     keys = ("block_size", "source", "reason", "speculative", "drafter", "backend")
-    keys += ("compute_capability", "quantization", "exactness", "target", "model_path", "blas")
+    keys += ("compute_capability", "quantization", "exactness", "model_path")
     spec = speculative_config(health)
-    summary = {key: spec[key] for key in keys if key in spec}
-    for key in ("blas", "model", "model_path", "target"):
-        if key in health and key not in summary:
-            summary[key] = health[key]
+    summary: dict[str, Any] = {key: spec.get(key) for key in keys}
+    summary.update(model=health.get("model"), blas=health.get("blas"))
     return summary
 
 

@@ -1,21 +1,24 @@
 """`draftwise bench --in-process`: a quick sweep in this process, widths interleaved.
 
-Loads the pair once with the same loader the server uses, then runs
-drafter.benchmark.measure_widths (the issue-4 benchmark core: classic and every
-width interleaved inside each repetition, EOS ignored) and turns its samples
-into the same record as the server sweep. Faster than one server per arm, but
-it measures the engine, not the HTTP path.
+Loads the pair once with the same loader the server uses, then runs every arm
+(classic, then each width: one Engine, the width chosen per call) on every
+prompt, arms interleaved inside each repetition so drift (thermal, other load)
+hits all arms alike, EOS ignored so every arm generates exactly `max_tokens`
+tokens. The samples become the same record as the server sweep. Faster than one
+server per arm, but it measures the engine, not the HTTP path.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from hashlib import sha256
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from server.blas import reexec_with_openblas_if_available
 from server.settings import default_cache_dir
@@ -30,7 +33,79 @@ from server.tooling.bench import (
 )
 from server.tooling.bench_record import Arm, Request, Run, build_record
 
-IN_PROCESS_MODE = "in-process (drafter.benchmark.measure_widths, arms interleaved per repetition)"
+if TYPE_CHECKING:
+    from drafter.engine import Engine
+
+IN_PROCESS_MODE = "in-process (bench_inprocess.measure_widths, arms interleaved per repetition)"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One greedy request of one arm."""
+
+    width: int | None  # None: classic decode
+    repeat: int
+    prompt_index: int
+    tokens: int
+    seconds: float  # whole request: prefill + decode
+    prefill_seconds: float  # until the first token is available
+    rounds: int
+    drafted: int
+    accepted: int
+    text: str
+
+
+def run_once(
+    engine: Engine, prompt: list[int], max_tokens: int, width: int | None, repeat: int, index: int
+) -> Sample:
+    from drafter.decoding import GenerationStats
+    from drafter.sampling import SamplingParams
+
+    stats = GenerationStats()
+    tokens: list[int] = []
+    start = time.perf_counter()
+    first = 0.0
+    steps = engine.generate(prompt, max_tokens, SamplingParams(), stats, True, width)
+    for step in steps:
+        if not tokens:
+            first = time.perf_counter() - start
+        tokens.extend(t.id for t in step)
+    seconds = time.perf_counter() - start
+    text = engine.tokenizer.decode(tokens)
+    return Sample(
+        width, repeat, index, len(tokens), seconds, first, stats.rounds, stats.drafted,
+        stats.accepted, text,
+    )  # fmt: skip
+
+
+def measure_widths(
+    engine: Engine,
+    widths: Sequence[int | None],
+    prompts: Sequence[list[int]] | Sequence[str],
+    max_tokens: int,
+    n: int,
+    warmup: int = 1,
+    on_progress: Callable[[str], None] | None = None,
+) -> list[Sample]:
+    """Greedy runs of every arm on every prompt, n times, arms interleaved."""
+    if any(w is not None for w in widths) and engine.drafter is None:
+        raise ValueError("measuring draft widths needs an engine with a drafter")
+    encoded = [engine.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+    for _ in range(warmup):
+        for width in widths:
+            run_once(engine, encoded[0], max_tokens, width, -1, 0)
+    samples = []
+    for repeat in range(n):
+        for index, prompt in enumerate(encoded):
+            for width in widths:
+                sample = run_once(engine, prompt, max_tokens, width, repeat, index)
+                samples.append(sample)
+                if on_progress is not None:
+                    label = "classic" if width is None else f"width {width}"
+                    decode = sample.seconds - sample.prefill_seconds
+                    rate = (sample.tokens - 1) / decode if decode > 0 else 0.0
+                    on_progress(f"repeat {repeat} prompt {index} {label}: {rate:.2f} tok/s")
+    return samples
 
 
 def use_chosen_blas(config: BenchConfig) -> str:
@@ -39,7 +114,7 @@ def use_chosen_blas(config: BenchConfig) -> str:
 
 
 def arms_from_samples(
-    samples: Sequence[Any], widths: Sequence[int | None], served: dict[str, Any]
+    samples: Sequence[Sample], widths: Sequence[int | None], served: dict[str, Any]
 ) -> list[Arm]:
     """One Arm per width (None first); a Run per repetition, prompts in order."""
     arms = []
@@ -55,7 +130,7 @@ def arms_from_samples(
     return arms
 
 
-def request_from_sample(sample: Any) -> Request:
+def request_from_sample(sample: Sample) -> Request:
     return Request(
         prompt_index=sample.prompt_index,
         tokens=sample.tokens,
@@ -70,7 +145,6 @@ def request_from_sample(sample: Any) -> Request:
 
 def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     """Load once, measure every arm interleaved, return the record (not yet written)."""
-    from drafter.benchmark import measure_widths
     from drafter.loading import LoadOptions, load_engine
 
     if not config.widths:
@@ -81,7 +155,8 @@ def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         cache_dir=cache_dir,
         model=config.model,
         draft_model=config.draft_model,
-        # Any width turns speculation on for loading; measure_widths sets each arm's width.
+        # Any width turns speculation on for loading (the drafter loads); each arm's
+        # width is chosen per call.
         draft_block_size=str(config.widths[0]),
         exactness="off",
         dtype=config.dtype or "auto",

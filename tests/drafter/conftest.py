@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
+from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import DFlashDrafter, load_drafter, write_random_drafter
-from drafter.tiny import write_tiny_model
 
 ARCHITECTURES = ["qwen3", "qwen3_5"]
 

@@ -9,7 +9,7 @@ from mlx_lm import load
 from mlx_lm.models.cache import KVCache
 
 from drafter.attention import StableKVCache, make_cache, tail_mask
-from drafter.tiny import write_tiny_model
+from drafter.checkpoints.tiny import write_tiny_model
 
 
 def feed(cache: KVCache, rows: int, offset_seed: int = 0) -> tuple[mx.array, mx.array]:

@@ -8,7 +8,7 @@ from mlx.utils import tree_flatten
 from mlx_lm import load
 
 from drafter.capture import install, installed, remove
-from drafter.tiny import write_tiny_model
+from drafter.checkpoints.tiny import write_tiny_model
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 TOKENS = mx.array([list(b"hello capture")])

@@ -9,11 +9,11 @@ import mlx.core as mx
 import pytest
 from mlx_lm import load
 
+from drafter.checkpoints.smollm2 import ensure_smollm2
 from drafter.decoding import GenerationStats
 from drafter.dflash import load_drafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
-from drafter.smollm2 import ensure_smollm2
 from server.chat import render
 from server.schemas import ChatCompletionRequest, ChatMessage
 from tests.drafter.published import published_weight_names

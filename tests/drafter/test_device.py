@@ -9,8 +9,8 @@ import mlx.core as mx
 import pytest
 from mlx_lm.utils import quantize_model, save_config
 
+from drafter.checkpoints.tiny import QWEN3, build_model
 from drafter.device import device_from_info, probe_device, quantization_of, read_quantization
-from drafter.tiny import QWEN3, build_model
 from policy import Device, overrides_from, resolve_width
 
 # What mx.device_info() reported on an NVIDIA H200 (shared/CUDA.md).

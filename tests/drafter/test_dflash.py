@@ -10,6 +10,7 @@ import mlx.nn as nn
 import pytest
 from mlx_lm import load
 
+from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import (
     ARCHITECTURE,
     DFlashDraftModel,
@@ -20,7 +21,6 @@ from drafter.dflash import (
     save_drafter,
     write_random_drafter,
 )
-from drafter.tiny import write_tiny_model
 from tests.drafter.published import published_weight_names
 
 

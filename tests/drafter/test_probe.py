@@ -9,6 +9,7 @@ import pytest
 from mlx_lm import load
 
 import drafter.rollback
+from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
 from drafter.probe import (
@@ -19,7 +20,6 @@ from drafter.probe import (
     probe_exactness,
 )
 from drafter.sampling import SamplingParams
-from drafter.tiny import write_tiny_model
 
 
 @pytest.fixture(scope="module")

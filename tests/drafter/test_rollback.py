@@ -27,8 +27,8 @@ from mlx_lm.models.cache import (
     make_prompt_cache,
 )
 
+from drafter.checkpoints.tiny import write_tiny_model
 from drafter.rollback import checkpoint, prepare, rollback
-from drafter.tiny import write_tiny_model
 
 PROMPT = [(7 * i + 3) % 256 for i in range(20)]
 WIDTHS = (2, 4, 8, 16)

@@ -146,6 +146,21 @@ def test_real_dflash_drafter_end_to_end_equals_classic(
     assert speculative == classic(pair, TOKENS)
 
 
+def test_one_engine_serves_any_width_per_call_and_classic_with_width_none(pair: Pair) -> None:
+    engine = engine_for(pair, pair.drafter, 4)
+    reference = classic(pair, TOKENS)
+    for width in (None, 2, 4, 16):
+        stats = GenerationStats()
+        steps = engine.generate(PROMPT, TOKENS, SamplingParams(), stats, width=width)
+        assert [t.id for step in steps for t in step] == reference
+        if width is None:
+            assert stats.rounds == 0
+        else:
+            assert stats.rounds > 0 and stats.drafted == stats.rounds * (width - 1)
+    with pytest.raises(ValueError, match="above the drafter"):
+        next(engine.generate(PROMPT, TOKENS, SamplingParams(), width=pair.drafter.max_width + 1))
+
+
 def test_drafter_context_is_the_targets_features_of_every_position(pair: Pair) -> None:
     """Prompt features, then each round's anchor + accepted rows, at their positions."""
     reference = classic(pair, TOKENS + 4)

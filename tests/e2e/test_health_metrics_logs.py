@@ -16,7 +16,7 @@ def test_health_reports_model_backend_and_the_width_resolution(server: ServerPro
     assert health["backend"] == "cpu"
     speculative = health["speculative"]
     # The measured entry for an unquantized target on CPU (policy/table.py).
-    assert (speculative["block_size"], speculative["source"]) == (4, "policy")
+    assert (speculative["block_size"], speculative["source"]) == (3, "policy")
     assert speculative["drafter"] == "none" and speculative["speculative"] is False
 
 
@@ -44,8 +44,8 @@ def test_startup_and_dflash_config_lines_are_json(server: ServerProcess):
     events = {e["event"]: e for e in server.events()}
     assert events["server.starting"]["api_key"] == "set"
     config = events["dflash.config"]
-    assert (config["block_size"], config["source"], config["backend"]) == (4, "policy", "cpu")
-    assert "cpu-smollm2-135m-float32-openblas-code.md" in config["reason"]
+    assert (config["block_size"], config["source"], config["backend"]) == (3, "policy", "cpu")
+    assert "cpu-default-pair-selfchat.md" in config["reason"]
     assert config["quantization"] is None
     assert events["server.ready"]["model"] == "tiny-qwen3-seed0"
 

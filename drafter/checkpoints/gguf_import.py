@@ -19,8 +19,8 @@ import numpy as np
 from gguf import GGUFReader
 from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
 
+from drafter.checkpoints.gguf_layout import llama_weights
 from drafter.files import write_dir_atomically
-from drafter.gguf_layout import llama_weights
 
 DTYPES: dict[str, mx.Dtype] = {
     "float32": mx.float32,

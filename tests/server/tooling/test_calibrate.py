@@ -21,7 +21,7 @@ from server.tooling.calibrate import (
     merge_entries,
 )
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def arm(width: int | None, *speeds: float, sha: str = "same") -> Arm:

@@ -15,9 +15,9 @@ from mlx.utils import tree_flatten
 from mlx_lm import load, stream_generate
 from mlx_lm.utils import _get_classes
 
-from drafter.gguf_import import convert_gguf
-from drafter.gguf_layout import permute_qk, unpermute_qk
-from drafter.smollm2 import (
+from drafter.checkpoints.gguf_import import convert_gguf
+from drafter.checkpoints.gguf_layout import permute_qk, unpermute_qk
+from drafter.checkpoints.smollm2 import (
     GGUF_SHA256,
     INSTALL_HINT,
     ROUND_TRIP_TEXT,

@@ -1,6 +1,6 @@
 """llama.cpp GGUF tensor layout -> Hugging Face llama layout (numpy and gguf only).
 
-Shared by the MLX converter (drafter/gguf_import.py) and the PyTorch training
+Shared by the MLX converter (drafter/checkpoints/gguf_import.py) and the PyTorch training
 script (scripts/train_drafter.py), which runs where MLX may be absent.
 """
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
-from drafter.tiny import write_tiny_model
 from server.blas import BLAS_ENV, REEXEC_MARKER, find_openblas
 from server.tooling.bench import (
     BenchConfig,
@@ -166,10 +166,28 @@ def test_server_environment_drops_width_variables_and_sets_the_blas():
     assert auto[REEXEC_MARKER] == "1"
 
 
-def test_speculative_config_is_found_nested_in_health():
-    health = {"status": "ok", "speculative": {"block_size": 4, "speculative": True}}
-    assert speculative_config(health) == {"block_size": 4, "speculative": True}
-    assert speculative_config({"status": "ok"}) == {}
+def test_the_speculative_block_of_health_is_read_as_the_loaders_type():
+    block = {
+        "block_size": 4,
+        "source": "policy",
+        "reason": "cpu unquantized dflash: measured",
+        "ignored": [],
+        "speculative": True,
+        "drafter": "/d",
+        "model_path": "/m",
+        "backend": "cpu",
+        "compute_capability": None,
+        "quantization": None,
+        "stable_attention": False,
+        "exactness": "exact",
+        "warm_up_s": None,
+        "prompt_cache_bytes": 0,
+    }
+    assert speculative_config({"status": "ok", "speculative": block}) == block
+    with pytest.raises(BenchError, match="no valid 'speculative' block"):
+        speculative_config({"status": "ok"})
+    with pytest.raises(BenchError, match="block_size"):
+        speculative_config({"speculative": {**block, "block_size": "four"}})
 
 
 def test_bad_sweep_configs_are_refused_before_any_server_starts():
