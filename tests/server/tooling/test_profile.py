@@ -1,0 +1,35 @@
+"""`draftwise profile --json` runs the real round loop on a real pair from disk and reports
+one object per width with the fields the round-cost issue names and every stage timed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from drafter.checkpoints.tiny import write_tiny_model
+from drafter.dflash import write_random_drafter
+
+REPO = Path(__file__).resolve().parents[3]
+FIELDS = {"stages_ms", "round_ms", "verify_ms", "draft_ms", "step_ms", "width", "rounds"}
+FIELDS |= {"acceptance_length", "backend"}
+
+
+def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path: Path) -> None:
+    target = write_tiny_model(tmp_path / "target", "qwen3")
+    drafter = write_random_drafter(tmp_path / "drafter", target)
+    command = [sys.executable, "-m", "server.cli", "profile", "--json", "--width", "2,4"]
+    command += ["--model", str(target), "--draft-model", str(drafter), "--max-tokens", "12"]
+    command += ["--repeats", "1", "--cache-dir", str(tmp_path / "cache")]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [row["width"] for row in rows] == [2, 4]
+    for row in rows:
+        assert set(row) >= FIELDS
+        assert row["backend"] == "cpu" and row["rounds"] > 0
+        assert {"draft", "verify", "choose", "sync", "rollback", "rest"} <= set(row["stages_ms"])
+        assert all(ms >= 0 for ms in row["stages_ms"].values())
+        assert row["round_ms"] > 0 and row["step_ms"] > 0
+        assert row["acceptance_length"] >= 1.0
