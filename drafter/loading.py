@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
-import mlx.nn as nn
 from mlx_lm import load as mlx_lm_load
 
 from drafter.device import probe_device, quantization_of
+from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine
 from drafter.files import config_value, read_config
@@ -224,13 +224,6 @@ def drafter_dir(value: str | None, default: Path | None) -> Path | None:
     if value == NO_DRAFTER:
         return None
     return model_dir(value, "draft_model")
-
-
-def load_drafter(path: Path, target: nn.Module) -> Any:
-    """The DFlash drafter saved at `path`, sharing the target's embeddings and head."""
-    from drafter.dflash import load_drafter as load_dflash
-
-    return load_dflash(path, target)
 
 
 def context_length(target_path: Path) -> int:
