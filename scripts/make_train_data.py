@@ -16,7 +16,7 @@ Three kinds of prompt:
   and short openings likewise;
 - "chat": an instruction about a code or prose excerpt in the target's chat template.
   The training script adds chat turns whose user side the target writes itself, from
-  one of `USER_OPENERS` (scripts/train_drafter.py: self_chat_prompts).
+  one of `USER_OPENERS` (scripts/train_drafter.py: self_chat).
 
 Stdlib only, so it runs wherever the training script runs.
 """

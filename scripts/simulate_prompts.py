@@ -20,11 +20,17 @@ import sys
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from static_decode import StaticDecoder  # noqa: E402
-from train_drafter import Drafter, FeatureTap, Sequences, acceptance, load_target  # noqa: E402
+from train_drafter import (  # noqa: E402
+    Drafter,
+    FeatureTap,
+    Sequences,
+    acceptance,
+    drafter_weights,
+    load_target,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,12 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 def load_drafter(path: Path, device: torch.device) -> tuple[Drafter, dict, torch.Tensor | None]:
     config = json.loads((path / "config.json").read_text())
     drafter = Drafter(config)
-    weights = {
-        name: tensor.float()
-        for part in sorted(path.glob("model*.safetensors"))
-        for name, tensor in load_file(str(part)).items()
-    }
-    drafter.load_state_dict(weights, strict=True)
+    drafter.load_state_dict(drafter_weights(path), strict=True)
     vocab_file = path / "draft_vocab.json"
     vocab = None
     if vocab_file.is_file():

@@ -209,14 +209,18 @@ def greedy_continuations(
     return out
 
 
-def self_chat(label, sample, tokenizer, count: int, seed: int) -> list[Prompt]:
-    """`count` chat prompts whose user turns the target writes itself, then about a
-    third more that are second turns.
+Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
+
+
+def self_chat(label, sample, tokenizer, count: int, seed: int) -> tuple[list[Prompt], list[Pair]]:
+    """Chat prompts whose user turns the target writes itself, and their labelled pairs:
+    up to `count` first turns, then second turns after about a third of them.
 
     A user turn: the target continues the chat template's `<|im_start|>user\n` plus one
     of USER_OPENERS at temperature 1, up to its `<|im_end|>` (a turn that does not end
-    within the sample length is dropped). A second turn follows the target's greedy
-    answer to the first (`label`: prompts -> answer ids or None)."""
+    within the sample length is dropped). `label` (prompts -> pairs or None, greedy) gives
+    each turn its answer once: the first turns' answers are both their training labels
+    and the history a second turn follows."""
     rng = random.Random(seed)
 
     def user_turns(histories: list[tuple[str, ...]]) -> list[Prompt]:
@@ -235,13 +239,17 @@ def self_chat(label, sample, tokenizer, count: int, seed: int) -> list[Prompt]:
         return prompts
 
     first = user_turns([()] * count)
-    answers = label(first[: len(first) // 3])
+    first_pairs = label(first)
+    third = len(first) // 3
     histories = [
-        (p.text, tokenizer.decode(a[:-1]).strip())
-        for p, a in zip(first[: len(answers)], answers, strict=True)
-        if a and a[-1] in EOS_IDS
+        (p.text, tokenizer.decode(pair[1][:-1]).strip())
+        for p, pair in zip(first[:third], first_pairs[:third], strict=True)
+        if pair and pair[1][-1] in EOS_IDS
     ]
-    return first + user_turns(histories)
+    second = user_turns(histories)
+    labelled = zip(first + second, first_pairs + label(second), strict=True)
+    kept = [(p, pair) for p, pair in labelled if pair]
+    return [p for p, _ in kept], [pair for _, pair in kept]
 
 
 @torch.no_grad()
@@ -829,10 +837,11 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
         done = [(pair, p.kind) for pair, p in zip(pairs, items, strict=True) if pair]
         return [pair for pair, _ in done], [kind for _, kind in done]
 
-    def label(items: list[Prompt]) -> list[list[int] | None]:
+    def label(items: list[Prompt]) -> list[Pair | None]:
+        if not items:
+            return []
         encoded = encode(items, tokenizer, args.max_prompt_tokens)
-        pairs = continue_ids(encoded, args.new_tokens, float("inf"), 0.0, "answers")
-        return [pair[1] if pair else None for pair in pairs]
+        return continue_ids(encoded, args.new_tokens, float("inf"), 0.0, "chat labels")
 
     def sample(texts: list[str]) -> list[list[int] | None]:
         encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -846,12 +855,11 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     else:
         # The budget counts from here: building and encoding 10^5 prompts takes minutes.
         deadline = time.perf_counter() + args.data_seconds
-        chats = self_chat(label, sample, tokenizer, args.self_chat, args.seed + 2)
+        chats, chat_pairs = self_chat(label, sample, tokenizer, args.self_chat, args.seed + 2)
         examples = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
         log({"event": "self_chat", "prompts": len(chats), "examples": examples}, records)
-        chat_pairs, chat_kinds = generate(chats, float("inf"))  # all of them
         raw_pairs, raw_kinds = generate(train_prompts, deadline)  # what the budget leaves
-        train_pairs, train_kinds = chat_pairs + raw_pairs, chat_kinds + raw_kinds
+        train_pairs, train_kinds = chat_pairs + raw_pairs, ["chat"] * len(chats) + raw_kinds
         if not train_pairs:
             raise SystemExit(
                 f"no training data generated within --data-seconds {args.data_seconds}"
@@ -871,22 +879,25 @@ def make_trainee(args, target_cfg, layers: int, device) -> Trainee:
     return Trainee(layers, cfg, model, opt)
 
 
-def warm_start(trainee: Trainee, init: Path) -> None:
-    """Load a saved drafter's weights (model.safetensors or its parts) into the trainee;
-    its depth must match."""
+def drafter_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A saved drafter's weights in float32: model.safetensors or its transport parts."""
     from safetensors.torch import load_file
 
+    return {
+        name: tensor.float()
+        for part in sorted(path.glob("model*.safetensors"))
+        for name, tensor in load_file(str(part)).items()
+    }
+
+
+def warm_start(trainee: Trainee, init: Path) -> None:
+    """Load a saved drafter's weights into the trainee; its depth must match."""
     config = json.loads((init / "config.json").read_text())
     if config["num_hidden_layers"] != trainee.layers:
         raise SystemExit(
             f"--init {init} has {config['num_hidden_layers']} layers, not {trainee.layers}"
         )
-    weights = {
-        name: tensor.float()
-        for part in sorted(init.glob("model*.safetensors"))
-        for name, tensor in load_file(str(part)).items()
-    }
-    trainee.model.load_state_dict(weights, strict=True)
+    trainee.model.load_state_dict(drafter_weights(init), strict=True)
 
 
 def checkpoint_path(args, trainee: Trainee) -> Path:

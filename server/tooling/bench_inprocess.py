@@ -65,7 +65,9 @@ def run_once(
     tokens: list[int] = []
     start = time.perf_counter()
     first = 0.0
-    steps = engine.generate(prompt, max_tokens, SamplingParams(), stats, True, width)
+    steps = engine.generate(
+        prompt, max_tokens, SamplingParams(), stats, ignore_eos=True, width=width
+    )
     for step in steps:
         if not tokens:
             first = time.perf_counter() - start
@@ -167,7 +169,7 @@ def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
     if loaded.engine.drafter is None:
         raise BenchError("the pair has no drafter to measure (--draft-model none?)")
     served = {k: v for k, v in loaded.speculative_config().items() if k != "block_size"}
-    served.update(source="bench --in-process", model_path=str(loaded.target_path))
+    served["source"] = "bench --in-process"
     widths: list[int | None] = [None, *config.widths]
     progress(f"measuring classic and widths {list(config.widths)}, n={config.n}, interleaved")
     samples = measure_widths(

@@ -13,7 +13,6 @@ answers must be what the openai SDK gets for the same messages.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,13 +78,12 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No hub, a private datasets cache, and the server's key for lm-eval's requests."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))
     monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
-    yield
 
 
 def evaluate(
