@@ -120,9 +120,3 @@ def make_cache(model: nn.Module, stable: bool) -> list[Any]:
     if not stable:
         return cache
     return [StableKVCache() if type(entry) is KVCache else entry for entry in cache]
-
-
-def stable_by_default() -> bool:
-    """Stable attention pays where multi-row attention builds graphs per shape: CUDA.
-    Elsewhere exact-length keys cost nothing extra and keep the kernels' own rounding."""
-    return mx.default_device().type == mx.gpu and mx.cuda.is_available()

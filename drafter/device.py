@@ -35,6 +35,14 @@ def probe_device() -> Device:
     return Device("metal")
 
 
+def on_cuda() -> bool:
+    """Whether MLX computes on a CUDA GPU by default: where multi-row attention builds
+    cuDNN graphs per shape and multi-row products pay cuBLASLt's per-call setup, so
+    stable attention (drafter/attention.py) and rowwise products (drafter/rowwise.py)
+    pay. Elsewhere the exact-length, matrix-kernel paths cost nothing extra."""
+    return mx.default_device().type == mx.gpu and mx.cuda.is_available()
+
+
 def device_from_info(backend: str, info: Mapping[str, Any]) -> Device:
     """A policy Device from `mx.device_info()`; only CUDA reports a compute capability."""
     if backend != "cuda":

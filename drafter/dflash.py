@@ -36,6 +36,7 @@ from mlx_lm.models.rope_utils import initialize_rope
 
 from drafter.attention import StableKVCache, batch_key_length, right_padded, tail_mask
 from drafter.files import read_config, text_config, write_dir_atomically
+from drafter.rowwise import project, set_rowwise
 
 ARCHITECTURE = "DFlashDraftModel"
 DRAFT_VOCAB_FILE = "draft_vocab.json"
@@ -299,6 +300,7 @@ class RestrictedHead:
     def __init__(self, module: nn.Module, token_ids: list[int], vocab: int):
         self.ids = mx.array(token_ids, dtype=mx.int32)
         self.vocab = vocab
+        self.rowwise = False  # drafter/rowwise.py: batched one-row products
         self.weight = module.weight[self.ids]
         self.quantized = getattr(module, "scales", None) is not None
         if self.quantized:
@@ -316,6 +318,8 @@ class RestrictedHead:
             scores = mx.quantized_matmul(
                 hidden, self.weight, self.scales, self.biases, transpose=True, **self.options
             )
+        elif self.rowwise:
+            scores = project(hidden, self.weight)
         else:
             scores = hidden @ self.weight.T
         logits = mx.full((*scores.shape[:-1], self.vocab), -mx.inf, dtype=scores.dtype)
@@ -381,6 +385,13 @@ class DFlashDrafter:
 
     def make_cache(self, stable: bool = False) -> list[KVCache]:
         return self.model.make_cache(stable)
+
+    def set_rowwise(self, on: bool) -> None:
+        """Rowwise products for the drafter's layers and its restricted head (a full
+        head is the target's, which the engine swaps with the target)."""
+        set_rowwise(self.model, on)
+        if isinstance(self.head, RestrictedHead):
+            self.head.rowwise = on
 
     def draft_logits(
         self, anchor: int, features: mx.array, cache: list[KVCache], width: int

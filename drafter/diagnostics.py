@@ -31,6 +31,7 @@ class SpeculativeConfig(TypedDict):
     compute_capability: str | None  # "9.0" on CUDA
     quantization: str | None
     stable_attention: bool
+    rowwise_linear: bool  # multi-row products as batched one-row ones (drafter/rowwise.py)
     exactness: str  # exact, rounding, differs, off, n/a (drafter/probe.py)
     divergences: NotRequired[int]  # these four when the probe ran (ProbeFields)
     max_margin: NotRequired[float | None]

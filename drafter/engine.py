@@ -14,7 +14,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
-from drafter.attention import make_cache, stable_by_default
+from drafter.attention import make_cache
 from drafter.decoding import (
     PREFILL_STEP,
     Drafter,
@@ -25,7 +25,9 @@ from drafter.decoding import (
     one_hot,
     prefill,
 )
+from drafter.device import on_cuda
 from drafter.prompt_cache import PromptCache
+from drafter.rowwise import set_rowwise
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -49,6 +51,7 @@ class Engine:
         drafter: Drafter | None = None,
         block_size: int | None = None,
         stable_attention: bool | None = None,
+        rowwise_linear: bool | None = None,
     ):
         self.model = model
         self.tokenizer = tokenizer
@@ -58,10 +61,24 @@ class Engine:
         self.block_size = block_size
         # Multi-row attention over the whole 256-row cache buffer (drafter/attention.py);
         # None: wherever it pays (CUDA).
-        self.stable_attention = (
-            stable_by_default() if stable_attention is None else stable_attention
-        )
+        self.stable_attention = on_cuda() if stable_attention is None else stable_attention
+        # Multi-row linear layers as batched one-row products (drafter/rowwise.py);
+        # None: wherever it pays (CUDA).
+        self._rowwise = False
+        self.rowwise_linear = on_cuda() if rowwise_linear is None else rowwise_linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
+
+    @property
+    def rowwise_linear(self) -> bool:
+        return self._rowwise
+
+    @rowwise_linear.setter
+    def rowwise_linear(self, on: bool) -> None:
+        """Swap the target's and the drafter's linear layers (drafter/rowwise.py)."""
+        set_rowwise(self.model, on)
+        if self.drafter is not None:
+            self.drafter.set_rowwise(on)
+        self._rowwise = on
 
     def make_cache(self) -> list[Any]:
         return make_cache(self.model, self.stable_attention)

@@ -102,6 +102,7 @@ class Loaded:
             compute_capability=capability_text,
             quantization=self.quantization,
             stable_attention=self.engine.stable_attention,
+            rowwise_linear=self.engine.rowwise_linear,
             exactness=self.exactness,
             warm_up_s=self.warm_up_s,
             prompt_cache_bytes=0 if cache is None else cache.max_bytes,

@@ -33,6 +33,7 @@ class WidthProfile:
     width: int
     backend: str
     attention: str
+    linear: str
     rounds: int
     acceptance_length: float
     round_ms: float  # warm, plain: median wall time of a round (the --prompt repeats)
@@ -62,6 +63,13 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="auto",
         help="multi-row attention keys: stable (whole 256-row buffer, masked), exact, "
         "or auto (stable on CUDA)",
+    )
+    parser.add_argument(
+        "--linear",
+        choices=("auto", "rowwise", "matrix"),
+        default="auto",
+        help="multi-row linear layers: rowwise (batched one-row products), matrix, "
+        "or auto (rowwise on CUDA)",
     )
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--cache-dir", type=Path, default=None)
@@ -106,12 +114,16 @@ def run_profile(args: argparse.Namespace) -> int:
     if stable is not None:
         loaded.engine.stable_attention = stable
     attention = "stable" if loaded.engine.stable_attention else "exact"
+    rowwise = {"auto": None, "rowwise": True, "matrix": False}[args.linear]
+    if rowwise is not None:
+        loaded.engine.rowwise_linear = rowwise
+    linear = "rowwise" if loaded.engine.rowwise_linear else "matrix"
     prompt = loaded.engine.tokenizer.encode(args.prompt)
     for width in widths:
         result = profile_width(
             loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
         )
-        result.backend, result.attention = loaded.device.backend, attention
+        result.backend, result.attention, result.linear = loaded.device.backend, attention, linear
         print(json.dumps(asdict(result)) if args.json else table_row(result), flush=True)
     return 0
 
@@ -177,6 +189,7 @@ def profile_width(
         width=width,
         backend="",
         attention="",
+        linear="",
         rounds=rounds,
         acceptance_length=round(accepted_length, 3),
         round_ms=round(round_ms, 3),
@@ -195,7 +208,8 @@ def profile_width(
 def table_row(p: WidthProfile) -> str:
     stages = " ".join(f"{k}={v:.2f}" for k, v in p.stages_ms.items())
     return (
-        f"width {p.width} [{p.backend}, {p.attention} keys]: round {p.round_ms:.2f} ms warm "
+        f"width {p.width} [{p.backend}, {p.attention} keys, {p.linear} linear]: "
+        f"round {p.round_ms:.2f} ms warm "
         f"({p.round_ms_cold:.1f} cold, max {p.max_round_ms:.1f}, "
         f"{p.rounds_over_2x_median} over 2x median) | verify {p.verify_ms:.2f} + draft "
         f"{p.draft_ms:.2f} ms, rest {100 * p.rest_share:.0f}% | step {p.step_ms:.2f} ms | "

@@ -53,8 +53,14 @@ class ForcedDrafter:
 
 
 def engine_for(
-    pair: Pair, drafter: Any = None, width: int | None = None, stable: bool = False
+    pair: Pair,
+    drafter: Any = None,
+    width: int | None = None,
+    stable: bool = False,
+    rowwise: bool = False,
 ) -> Engine:
+    """An engine on the module's pair. The rowwise setting swaps the shared model's
+    layer classes, so each engine made here sets it (off unless asked)."""
     return Engine(
         pair.model,
         pair.tokenizer,
@@ -63,6 +69,7 @@ def engine_for(
         drafter=drafter,
         block_size=width,
         stable_attention=stable,
+        rowwise_linear=rowwise,
     )
 
 
@@ -137,12 +144,17 @@ def test_a_drafter_with_a_draft_vocabulary_still_equals_classic(pair: Pair) -> N
         assert run(engine_for(pair, drafter, width), TOKENS) == classic(pair, TOKENS)
 
 
-@pytest.mark.parametrize("stable", [False, True], ids=["exact-keys", "stable-keys"])
+@pytest.mark.parametrize(
+    ("stable", "rowwise"),
+    [(False, False), (True, False), (True, True)],
+    ids=["exact-keys", "stable-keys", "cuda-layout"],
+)
 @pytest.mark.parametrize("width", [4, 16])
 def test_real_dflash_drafter_end_to_end_equals_classic(
-    pair: Pair, width: int, stable: bool
+    pair: Pair, width: int, stable: bool, rowwise: bool
 ) -> None:
-    speculative = run(engine_for(pair, pair.drafter, width, stable), TOKENS)
+    """cuda-layout: stable keys and rowwise products, what CUDA serves with."""
+    speculative = run(engine_for(pair, pair.drafter, width, stable, rowwise), TOKENS)
     assert speculative == classic(pair, TOKENS)
 
 

@@ -179,6 +179,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type():
         "compute_capability": None,
         "quantization": None,
         "stable_attention": False,
+        "rowwise_linear": False,
         "exactness": "exact",
         "warm_up_s": None,
         "prompt_cache_bytes": 0,

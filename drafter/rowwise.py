@@ -1,0 +1,88 @@
+"""Multi-row linear layers as batched one-row products (CUDA).
+
+A verify forward runs the target's linear layers over B rows where a classic
+step runs them over one. On MLX's CUDA backend those are different kernels:
+
+- one row goes to MLX's own `gemv` kernel;
+- more rows go to cuBLASLt, and `gemm_and_bias` builds a fresh matmul
+  descriptor and asks cuBLASLt for a heuristic on every call
+  (mlx/backend/cuda/matmul.cpp; cublas_utils.cpp, `execute_matmul`).
+  That is host time per call, and a forward of SmolLM2-135M makes 211 of them
+  (7 per layer and the head): the bf16 forward rose from 3.7 ms at one row to
+  6.5 ms at two on an H200 (../docs/benchmark_results/h200-verify-cost-sm90.md).
+
+The fix is to present B rows as B batched one-row products. MLX's batched
+gemv (`gemv_batched`) runs each batch item through the same `gemv_impl` as a
+one-row call does, so every projection of a verify row equals the classic
+step's bit for bit, and nothing of cuBLAS's per-call setup remains.
+
+Two folds stand in the way, and one view avoids both. `mx.matmul` flattens a
+3-D input against a 2-D weight into one (B, K) product (mlx/ops.cpp), so the
+weight goes in as (1, K, N). The CUDA backend then folds broadcast batches
+back into rows when the input's rows are laid out one after another. The
+input, as (B, 1, K), is handed over with the stride of its length-one row axis
+set to 1 (any stride is legal for an axis of length one): the backend reads it
+as a transposed one-row matrix, does not fold it, and calls gemv per batch.
+
+The swap is by class (`__class__`), as drafter/attention.py swaps caches: the
+modules, their weights and mlx-lm's model code are untouched, and `set_rowwise`
+undoes it. Layers with a bias keep their class: with a bias even a one-row
+product goes to cuBLASLt (its bias epilogue), so there is no kernel to match.
+The engine turns it on where it pays, on CUDA; on CPU a (B, K) product is one
+BLAS call, and the byte-identity suites hold without it.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+MAX_ROWS = 16  # the widest verify block; prefill chunks keep the matrix kernels
+
+
+def project(x: mx.array, weight: mx.array) -> mx.array:
+    """x @ weight.T, as one gemv per row when x has 2 to MAX_ROWS rows.
+
+    x: (..., K); weight: (N, K). Each output row is the one-row product of its row."""
+    *lead, k = x.shape
+    rows = 1
+    for size in lead:
+        rows *= size
+    if not 1 < rows <= MAX_ROWS:
+        return x @ weight.T
+    # (rows, 1, K) with the length-one axis given stride 1: read as a transposed row.
+    one_row_each = mx.as_strided(x, (rows, 1, k), (k, 1, 1))
+    out = one_row_each @ weight.T[None]
+    return out.reshape(*lead, weight.shape[0])
+
+
+class RowwiseLinear(nn.Linear):
+    """nn.Linear (bias-free) whose multi-row calls are batched one-row products."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return project(x, self["weight"])
+
+
+class RowwiseEmbedding(nn.Embedding):
+    """nn.Embedding whose tied LM head (`as_linear`) runs rowwise."""
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        return project(x, self.weight)
+
+
+SWAPS: dict[type, type] = {nn.Linear: RowwiseLinear, nn.Embedding: RowwiseEmbedding}
+BACK: dict[type, type] = {rowwise: plain for plain, rowwise in SWAPS.items()}
+
+
+def set_rowwise(model: nn.Module, on: bool) -> int:
+    """Swap `model`'s plain bias-free Linear and Embedding layers to their rowwise
+    classes (on) or back (off); returns how many modules changed class."""
+    table = SWAPS if on else BACK
+    changed = 0
+    for module in model.modules():
+        target = table.get(type(module))
+        if target is None or "bias" in module:
+            continue
+        module.__class__ = target
+        changed += 1
+    return changed

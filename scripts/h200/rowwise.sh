@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# H200 call: rowwise products against the matrix kernels. The forward's time per row
+# count and its distance from one-row steps (scripts/h200/rowwise.py), then per-stage
+# profiles of the default pair (bf16) at widths 2, 4, 8, 16 with each arm.
+cp .payload06/* /root/keep/ 2>/dev/null
+. scripts/h200/setup.sh
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"; } > $OUT/device.txt 2>&1
+timeout ${MICRO_S:-170} python3 scripts/h200/rowwise.py ${N:-20} > $OUT/rowwise.jsonl 2> $OUT/rowwise.log
+cut -c1-220 $OUT/rowwise.jsonl
+P="python3 -m server.cli profile --json --draft-model drafter/default_pair --attention stable --max-tokens 128 --repeats 2"
+for arm in ${ARMS:-matrix rowwise}; do
+  timeout ${PROFILE_S:-150} $P --width ${WIDTHS:-2,4,8,16} --linear $arm \
+    | sed "s/^/{\"target\": \"bf16\", \"arm\": \"$arm\", \"p\": /; s/$/}/" >> $OUT/profile.jsonl 2>> $OUT/profile.log
+done
+python3 -c "
+import json
+for line in open('$OUT/profile.jsonl'):
+    r = json.loads(line); p = r['p']
+    print(r['target'], r['arm'], 'w', p['width'], 'round', p['round_ms'], 'verify', p['verify_ms'], 'draft', p['draft_ms'], 'step', p['step_ms'], 'acc', p['acceptance_length'], 'max', p['max_round_ms'], 'stages', p['stages_ms'])
+"
+tail -3 $OUT/profile.log

@@ -1,0 +1,77 @@
+"""Rowwise products (drafter/rowwise.py): each row's product is its one-row product,
+the swap is by class and reversible, and the round loop stays exact with it on."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx.utils import tree_flatten
+
+from drafter.rowwise import MAX_ROWS, RowwiseEmbedding, RowwiseLinear, project, set_rowwise
+from tests.drafter.conftest import Pair
+
+K, N = 96, 40
+
+
+@pytest.mark.parametrize("rows", [2, 3, 8, MAX_ROWS])
+def test_each_row_of_a_rowwise_product_is_its_one_row_product(rows: int) -> None:
+    x = mx.random.normal((1, rows, K), key=mx.random.key(rows))
+    weight = mx.random.normal((N, K), key=mx.random.key(100 + rows))
+    out = project(x, weight)
+    assert out.shape == (1, rows, N)
+    for i in range(rows):
+        assert mx.array_equal(out[0, i], (x[0, i : i + 1] @ weight.T)[0]).item()
+    assert mx.allclose(out, x @ weight.T, atol=1e-4).item()
+
+
+@pytest.mark.parametrize("shape", [(1, 1, K), (1, MAX_ROWS + 1, K), (2, 3, K), (5, K)])
+def test_any_leading_shape_keeps_its_shape_and_values(shape: tuple[int, ...]) -> None:
+    x = mx.random.normal(shape, key=mx.random.key(7))
+    weight = mx.random.normal((N, K), key=mx.random.key(8))
+    out = project(x, weight)
+    assert out.shape == (*shape[:-1], N)
+    assert mx.allclose(out, x @ weight.T, atol=1e-4).item()
+
+
+def test_a_transposed_input_is_copied_and_still_correct() -> None:
+    x = mx.random.normal((K, 4), key=mx.random.key(9)).T  # (4, K), transposed strides
+    weight = mx.random.normal((N, K), key=mx.random.key(10))
+    assert mx.allclose(project(x, weight), x @ weight.T, atol=1e-4).item()
+
+
+def test_set_rowwise_swaps_bias_free_layers_and_back_without_touching_weights() -> None:
+    model = nn.Sequential(nn.Embedding(50, K), nn.Linear(K, N, bias=False), nn.Linear(N, 3))
+    before = [(name, mx.array(value)) for name, value in tree_flatten(model.parameters())]
+    assert set_rowwise(model, True) == 2
+    embed, plain, biased = model.layers
+    assert type(embed) is RowwiseEmbedding and type(plain) is RowwiseLinear
+    assert type(biased) is nn.Linear  # a bias goes to cuBLASLt even at one row
+    x = mx.random.normal((1, 4, K), key=mx.random.key(11))
+    assert mx.array_equal(plain(x), project(x, plain.weight)).item()
+    assert set_rowwise(model, True) == 0  # already swapped
+    assert set_rowwise(model, False) == 2
+    assert type(embed) is nn.Embedding and type(plain) is nn.Linear
+    after = tree_flatten(model.parameters())
+    assert [name for name, _ in after] == [name for name, _ in before]
+    assert all(mx.array_equal(a, b).item() for (_, a), (_, b) in zip(after, before, strict=True))
+
+
+def test_the_engine_swaps_target_and_drafter_layers_with_its_setting(pair: Pair) -> None:
+    from drafter.engine import Engine
+
+    engine = Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=pair.drafter,
+        block_size=4,
+        rowwise_linear=True,
+    )
+    target_types = {type(m) for m in pair.model.modules()}
+    drafter_types = {type(m) for m in pair.drafter.model.modules()}
+    assert RowwiseLinear in target_types and RowwiseLinear in drafter_types
+    engine.rowwise_linear = False
+    assert RowwiseLinear not in {type(m) for m in pair.model.modules()}
+    assert RowwiseLinear not in {type(m) for m in pair.drafter.model.modules()}
