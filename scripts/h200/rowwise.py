@@ -21,6 +21,7 @@ from server.tooling.verify_cost import time_forward
 
 ROWS = [1, 2, 4, 8, 16]
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+TARGETS = sys.argv[2].split(",") if len(sys.argv) > 2 else ["bf16", "q4g32"]
 PROMPT = "def quicksort(items):\n    if len(items) <= 1:\n        return items\n"
 
 
@@ -45,6 +46,8 @@ def identity(model, tokens: list[int], rows: int) -> dict:
 
 
 for name, quant in (("bf16", None), ("q4g32", 4)):
+    if name not in TARGETS:
+        continue
     path = ensure_smollm2(None, "bfloat16", quantize_bits=quant)
     model, tokenizer = load(str(path))
     rollback.prepare(model)
