@@ -1,4 +1,12 @@
-"""Shape-stable attention for multi-row queries (the verify block, the drafter block).
+"""Attention for multi-row queries (the verify block, the drafter block), three ways.
+
+- exact: mlx-lm's own path, keys of exact length (CPU, Metal).
+- stable: the whole 256-row cache buffer under an additive mask, so cuDNN's
+  graphs repeat (below).
+- vector: MLX's CUDA vector kernel only, with cuDNN attention switched off
+  (below): the CUDA default.
+
+Stable attention.
 
 MLX's CUDA backend sends every attention query longer than one row to cuDNN,
 which builds a graph per distinct (Q, K, V, mask) shape and stride set
@@ -20,16 +28,42 @@ its mask and its keys, and this cache answers differently.
 
 Keys past the offset are stale rows of a rejected draft or zeros; the mask
 gives them -inf, so they get exactly zero weight.
+
+Vector attention.
+
+A multi-row forward cost 1.6x a one-row forward on an H200 even where no
+graph was built (docs/benchmark_results/h200-vector-attention.md). cuDNN's
+attention is a captured child graph in MLX's CUDA graph, and MLX re-uses an
+executable graph only when it can update every node in place
+(mlx/backend/cuda/device.cpp, `subgraph_to_key`; otherwise it instantiates
+the graph anew at each commit): our reading of where the time goes.
+MLX's vector kernel (`sdpa_vector`) serves queries of 1 to 3 rows, causal or
+not, with no array mask, and builds nothing per shape. With
+`MLX_CUDA_USE_CUDNN_SDPA=0` (read once per process) it is the kernel every such
+query takes, the one-row classic step included, so:
+
+- the target's causal verify block is split into chunks of at most 3 rows, each
+  over its own exact-length keys (`chunked_attention`); row i of a chunk sees
+  exactly the keys row i sees in one causal call, and each row is computed by
+  the kernel a one-row step uses: a verify row's logits equal classic decode's
+  bit for bit where the linear layers match too (drafter/rowwise.py);
+- the drafter's unmasked block attention folds its rows into heads
+  (`folded_attention`): one one-row query per (head, row), one kernel call.
+
+Longer queries (prefill) then take MLX's unfused attention.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+ATTENTION_MODES = ("exact", "stable", "vector")
 MAX_STABLE_ROWS = 64  # wider updates (prefill chunks) keep the exact-length path
 STEP = KVCache.step  # mlx-lm grows its buffers by 256 rows
 
@@ -114,9 +148,117 @@ def right_padded(buffers: list[mx.array], lengths: list[int], width: int) -> mx.
     return mx.concatenate(rows, axis=0)
 
 
-def make_cache(model: nn.Module, stable: bool) -> list[Any]:
-    """mlx-lm's prompt cache for `model`, with each plain KVCache made stable if asked."""
+VECTOR_ROWS = 3  # MLX's CUDA vector kernel serves 1 to 3 query rows (supports_sdpa_vector)
+CUDNN_ENV = "MLX_CUDA_USE_CUDNN_SDPA"
+
+
+class VectorKVCache(KVCache):
+    """A KVCache whose multi-row causal attention goes through `chunked_attention`
+    (mlx-lm's attention passes the cache to `scaled_dot_product_attention`, which
+    `use_vector_attention` routes by the cache's class)."""
+
+
+def chunked_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float
+) -> mx.array:
+    """Causal attention of N query rows, the last N of exact-length keys, in chunks
+    of at most VECTOR_ROWS rows. A chunk of rows [a, b) reads the keys up to the
+    one of row b - 1, bottom-right causal: row a + j sees exactly what it sees in
+    one causal call over all N rows."""
+    rows, total = queries.shape[2], keys.shape[2]
+    outs = []
+    for a in range(0, rows, VECTOR_ROWS):
+        b = min(a + VECTOR_ROWS, rows)
+        end = total - rows + b
+        outs.append(
+            mx.fast.scaled_dot_product_attention(
+                queries[:, :, a:b],
+                keys[..., :end, :],
+                values[..., :end, :],
+                scale=scale,
+                mask="causal" if b - a > 1 else None,
+            )
+        )
+    return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=2)
+
+
+def folded_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
+    """Unmasked attention of L query rows as L * H one-row queries. Folded head
+    h * L + i is row i of head h; under grouped-query attention it reads key head
+    (h * L + i) // (L * H / H_kv) = h // (H / H_kv), the one head h reads."""
+    B, H, L, D = queries.shape
+    out = mx.fast.scaled_dot_product_attention(
+        queries.reshape(B, H * L, 1, D), keys, values, scale=scale
+    )
+    return out.reshape(B, H, L, D)
+
+
+def vector_dispatch(original: Any) -> Any:
+    """mlx-lm's `scaled_dot_product_attention`, with a VectorKVCache's causal verify
+    blocks sent to `chunked_attention`; every other call goes to `original`."""
+
+    def scaled_dot_product_attention(
+        queries: mx.array,
+        keys: mx.array,
+        values: mx.array,
+        cache: Any,
+        scale: float,
+        mask: Any,
+        sinks: mx.array | None = None,
+    ) -> mx.array:
+        rows = queries.shape[2]
+        if (
+            isinstance(cache, VectorKVCache)
+            and sinks is None
+            and queries.shape[0] == 1
+            and 1 < rows <= MAX_STABLE_ROWS
+            and isinstance(mask, str)
+            and mask == "causal"
+        ):
+            return chunked_attention(queries, keys, values, scale)
+        return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
+
+    scaled_dot_product_attention.original = original  # type: ignore[attr-defined]
+    return scaled_dot_product_attention
+
+
+def use_vector_attention(model: nn.Module) -> int:
+    """Route the attention of `model`'s mlx-lm architecture modules through
+    `vector_dispatch` (once per module); returns how many modules were routed."""
+    routed = 0
+    for module in model.modules():
+        source = sys.modules.get(type(module).__module__)
+        original = getattr(source, "scaled_dot_product_attention", None)
+        if original is None or hasattr(original, "original"):
+            continue
+        source.scaled_dot_product_attention = vector_dispatch(original)  # type: ignore[union-attr]
+        routed += 1
+    return routed
+
+
+def choose_attention() -> str:
+    """The attention mode where none is asked for: vector on CUDA, exact elsewhere.
+
+    Vector needs cuDNN attention off. This sets MLX_CUDA_USE_CUDNN_SDPA=0 unless the
+    operator set it; MLX reads it at its first attention call, so the loader calls
+    this before any forward. An operator's MLX_CUDA_USE_CUDNN_SDPA=1 keeps cuDNN,
+    and then stable attention is the mode that pays."""
+    from drafter.device import on_cuda
+
+    if not on_cuda():
+        return "exact"
+    os.environ.setdefault(CUDNN_ENV, "0")
+    return "vector" if os.environ[CUDNN_ENV] == "0" else "stable"
+
+
+CACHES: dict[str, type[KVCache]] = {"stable": StableKVCache, "vector": VectorKVCache}
+
+
+def make_cache(model: nn.Module, attention: str) -> list[Any]:
+    """mlx-lm's prompt cache for `model`, each plain KVCache made the `attention`
+    mode's class (exact: left as it is)."""
     cache = make_prompt_cache(model)
-    if not stable:
+    kind = CACHES.get(attention)
+    if kind is None:
         return cache
-    return [StableKVCache() if type(entry) is KVCache else entry for entry in cache]
+    return [kind() if type(entry) is KVCache else entry for entry in cache]

@@ -34,7 +34,15 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
-from drafter.attention import StableKVCache, batch_key_length, right_padded, tail_mask
+from drafter.attention import (
+    CACHES,
+    StableKVCache,
+    VectorKVCache,
+    batch_key_length,
+    folded_attention,
+    right_padded,
+    tail_mask,
+)
 from drafter.files import read_config, text_config, write_dir_atomically
 from drafter.rowwise import project, set_rowwise
 
@@ -187,9 +195,12 @@ class Attention(nn.Module):
             keys = right_padded([k for k, _, _ in fetched], lengths, width)
             values = right_padded([v for _, v, _ in fetched], lengths, width)
             mask = (mx.arange(width)[None] < mx.array(lengths)[:, None])[:, None, None, :]
-        out = mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=self.scale, mask=mask
-        )
+        if mask is None and isinstance(caches[0], VectorKVCache):
+            out = folded_attention(queries, keys, values, self.scale)
+        else:
+            out = mx.fast.scaled_dot_product_attention(
+                queries, keys, values, scale=self.scale, mask=mask
+            )
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
     def fetch(
@@ -262,8 +273,9 @@ class DFlashDraftModel(nn.Module):
             h = layer(h, contexts, self.rope, [cache[i] for cache in caches])
         return self.norm(h)
 
-    def make_cache(self, stable: bool = False) -> list[KVCache]:
-        return [StableKVCache() if stable else KVCache() for _ in self.layers]
+    def make_cache(self, attention: str = "exact") -> list[KVCache]:
+        kind = CACHES.get(attention, KVCache)
+        return [kind() for _ in self.layers]
 
 
 def target_embedding(target: nn.Module) -> nn.Module:
@@ -383,8 +395,8 @@ class DFlashDrafter:
         """Published checkpoints carry a training block size, not a serving width."""
         return None
 
-    def make_cache(self, stable: bool = False) -> list[KVCache]:
-        return self.model.make_cache(stable)
+    def make_cache(self, attention: str = "exact") -> list[KVCache]:
+        return self.model.make_cache(attention)
 
     def set_rowwise(self, on: bool) -> None:
         """Rowwise products for the drafter's layers and its restricted head (a full

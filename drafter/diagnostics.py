@@ -30,7 +30,7 @@ class SpeculativeConfig(TypedDict):
     backend: str
     compute_capability: str | None  # "9.0" on CUDA
     quantization: str | None
-    stable_attention: bool
+    attention: str  # multi-row attention: exact, stable or vector (drafter/attention.py)
     rowwise_linear: bool  # multi-row products as batched one-row ones (drafter/rowwise.py)
     exactness: str  # exact, rounding, differs, off, n/a (drafter/probe.py)
     divergences: NotRequired[int]  # these four when the probe ran (ProbeFields)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
-from drafter.attention import make_cache
+from drafter.attention import ATTENTION_MODES, choose_attention, make_cache, use_vector_attention
 from drafter.decoding import (
     PREFILL_STEP,
     Drafter,
@@ -50,7 +50,7 @@ class Engine:
         context_length: int,
         drafter: Drafter | None = None,
         block_size: int | None = None,
-        stable_attention: bool | None = None,
+        attention: str | None = None,
         rowwise_linear: bool | None = None,
     ):
         self.model = model
@@ -61,12 +61,30 @@ class Engine:
         self.block_size = block_size
         # Multi-row attention over the whole 256-row cache buffer (drafter/attention.py);
         # None: wherever it pays (CUDA).
-        self.stable_attention = on_cuda() if stable_attention is None else stable_attention
+        # How multi-row queries attend (drafter/attention.py); None: choose_attention().
+        self._attention = "exact"
+        self.attention = choose_attention() if attention is None else attention
         # Multi-row linear layers as batched one-row products (drafter/rowwise.py);
         # None: wherever it pays (CUDA).
         self._rowwise = False
         self.rowwise_linear = on_cuda() if rowwise_linear is None else rowwise_linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
+
+    @property
+    def attention(self) -> str:
+        return self._attention
+
+    @attention.setter
+    def attention(self, mode: str) -> None:
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention {mode!r} is none of {ATTENTION_MODES}")
+        if mode == "vector":
+            use_vector_attention(self.model)
+        self._attention = mode
+
+    @property
+    def stable_attention(self) -> bool:
+        return self.attention == "stable"
 
     @property
     def rowwise_linear(self) -> bool:
@@ -81,7 +99,7 @@ class Engine:
         self._rowwise = on
 
     def make_cache(self) -> list[Any]:
-        return make_cache(self.model, self.stable_attention)
+        return make_cache(self.model, self.attention)
 
     def start_cache(
         self, prompt: list[int], stats: GenerationStats, features: bool = False
@@ -172,7 +190,7 @@ class Engine:
 
     def score(self, prompt: list[int], top_n: int) -> list[Token | None]:
         """Logprobs of each prompt token given its prefix (echo); the first has none."""
-        cache = make_cache(self.model, stable=False)
+        cache = make_cache(self.model, "exact")
         rows = []
         tokens = mx.array(prompt)
         for start in range(0, len(prompt), PREFILL_STEP):

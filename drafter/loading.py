@@ -101,7 +101,7 @@ class Loaded:
             backend=self.device.backend,
             compute_capability=capability_text,
             quantization=self.quantization,
-            stable_attention=self.engine.stable_attention,
+            attention=self.engine.attention,
             rowwise_linear=self.engine.rowwise_linear,
             exactness=self.exactness,
             warm_up_s=self.warm_up_s,

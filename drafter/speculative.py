@@ -159,7 +159,7 @@ class Session:
         self.draft_cache: list[Any] = []
         if self.drafter is not None:
             self.capture = installed(self.model, self.drafter.target_layer_ids)
-            self.draft_cache = self.drafter.make_cache(engine.stable_attention)
+            self.draft_cache = self.drafter.make_cache(engine.attention)
             stats.block_size = self.width
         self.cache: list[Any] = []  # the target's; prefill makes it (or restores it)
         self.context: mx.array | None = None  # features not yet in the drafter's context

@@ -59,10 +59,11 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=0, help="extra prompt lengths")
     parser.add_argument(
         "--attention",
-        choices=("auto", "stable", "exact"),
+        choices=("auto", "exact", "stable", "vector"),
         default="auto",
-        help="multi-row attention keys: stable (whole 256-row buffer, masked), exact, "
-        "or auto (stable on CUDA)",
+        help="multi-row attention (drafter/attention.py): exact-length keys, stable "
+        "(whole 256-row buffer, masked), vector (the CUDA vector kernel in chunks), "
+        "or auto (vector on CUDA)",
     )
     parser.add_argument(
         "--linear",
@@ -110,10 +111,9 @@ def run_profile(args: argparse.Namespace) -> int:
     if loaded.engine.drafter is None:
         print("error: profile needs a drafter (--draft-model none serves classic)", file=sys.stderr)
         return 2
-    stable = {"auto": None, "stable": True, "exact": False}[args.attention]
-    if stable is not None:
-        loaded.engine.stable_attention = stable
-    attention = "stable" if loaded.engine.stable_attention else "exact"
+    if args.attention != "auto":
+        loaded.engine.attention = args.attention
+    attention = loaded.engine.attention
     rowwise = {"auto": None, "rowwise": True, "matrix": False}[args.linear]
     if rowwise is not None:
         loaded.engine.rowwise_linear = rowwise

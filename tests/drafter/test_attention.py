@@ -1,14 +1,27 @@
-"""Shape-stable attention: multi-row reads see the whole cache buffer, masked, and
-compute what exact-length keys compute."""
+"""Multi-row attention: shape-stable reads see the whole cache buffer, masked, vector
+attention splits causal blocks into chunks and folds unmasked rows into heads, and
+both compute what exact-length keys compute."""
 
 from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
 
 import mlx.core as mx
 import pytest
 from mlx_lm import load
 from mlx_lm.models.cache import KVCache
 
-from drafter.attention import StableKVCache, make_cache, tail_mask
+from drafter.attention import (
+    VECTOR_ROWS,
+    StableKVCache,
+    VectorKVCache,
+    chunked_attention,
+    folded_attention,
+    make_cache,
+    tail_mask,
+    use_vector_attention,
+)
 from drafter.checkpoints.tiny import write_tiny_model
 
 
@@ -49,13 +62,70 @@ def test_tail_mask_is_bottom_right_causal_over_the_real_keys() -> None:
     assert (block == 0).tolist() == [[True] * 5 + [False] * 3]  # one row, broadcast
 
 
+def qkv(rows: int, keys: int, heads: int = 6, kv_heads: int = 2, seed: int = 0) -> list:
+    shapes = [(1, heads, rows, 16), (1, kv_heads, keys, 16), (1, kv_heads, keys, 16)]
+    return [mx.random.normal(s, key=mx.random.key(seed + i)) for i, s in enumerate(shapes)]
+
+
+@pytest.mark.parametrize("rows", [2, VECTOR_ROWS, 4, 8, 16])
+def test_chunked_attention_is_one_causal_call(rows: int) -> None:
+    q, k, v = qkv(rows, 40 + rows, seed=rows)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
+    got = chunked_attention(q, k, v, scale=0.25)
+    assert got.shape == want.shape
+    assert mx.allclose(got, want, atol=1e-5, rtol=1e-5).item()
+
+
+@pytest.mark.parametrize("rows", [1, 4, 16])
+def test_folded_attention_is_one_unmasked_call_under_grouped_queries(rows: int) -> None:
+    q, k, v = qkv(rows, 30, heads=6, kv_heads=2, seed=50 + rows)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25)
+    assert mx.allclose(folded_attention(q, k, v, scale=0.25), want, atol=1e-5).item()
+
+
+@pytest.fixture
+def unrouted() -> Iterator[None]:
+    """Undo use_vector_attention's routing of mlx-lm's model modules after a test."""
+    saved = {
+        name: module.scaled_dot_product_attention
+        for name, module in list(sys.modules.items())
+        if name.startswith("mlx_lm.models.") and hasattr(module, "scaled_dot_product_attention")
+    }
+    yield
+    for name, function in saved.items():
+        sys.modules[name].scaled_dot_product_attention = function
+
+
+def test_vector_routing_is_installed_once_and_leaves_other_caches_alone(
+    tmp_path, unrouted: None
+) -> None:
+    import mlx_lm.models.qwen3 as qwen3
+
+    model, _ = load(str(write_tiny_model(tmp_path / "q", "qwen3", seed=1)))
+    original = qwen3.scaled_dot_product_attention
+    assert use_vector_attention(model) == 1
+    assert use_vector_attention(model) == 0  # already routed
+    routed = qwen3.scaled_dot_product_attention
+    assert routed.original is original
+    q, k, v = qkv(4, 12, seed=3)
+    for cache, mask in ((KVCache(), "causal"), (VectorKVCache(), None)):
+        plain = original(q, k, v, cache=cache, scale=0.25, mask=mask)
+        assert mx.array_equal(routed(q, k, v, cache=cache, scale=0.25, mask=mask), plain)
+
+
+@pytest.mark.parametrize("attention", ["stable", "vector"])
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5"])
-def test_stable_verify_logits_match_exact_keys(tmp_path, kind: str) -> None:
+def test_verify_logits_match_exact_keys(
+    tmp_path, kind: str, attention: str, unrouted: None
+) -> None:
     model, _ = load(str(write_tiny_model(tmp_path / kind, kind, seed=1)))
-    prompt, block = mx.array([list(range(3, 40))]), mx.array([[5, 9, 2, 7]])
-    exact, stable = make_cache(model, stable=False), make_cache(model, stable=True)
-    assert any(isinstance(c, StableKVCache) for c in stable)
-    model(prompt, cache=exact), model(prompt, cache=stable)
-    want, got = model(block, cache=exact), model(block, cache=stable)
+    if attention == "vector":
+        use_vector_attention(model)
+    prompt, block = mx.array([list(range(3, 40))]), mx.array([[5, 9, 2, 7, 11, 4, 8]])
+    exact, other = make_cache(model, "exact"), make_cache(model, attention)
+    kind_of = StableKVCache if attention == "stable" else VectorKVCache
+    assert any(isinstance(c, kind_of) for c in other)
+    model(prompt, cache=exact), model(prompt, cache=other)
+    want, got = model(block, cache=exact), model(block, cache=other)
     assert mx.allclose(want, got, atol=1e-5, rtol=1e-5).item()
     assert mx.array_equal(mx.argmax(want, -1), mx.argmax(got, -1)).item()

@@ -56,7 +56,7 @@ def engine_for(
     pair: Pair,
     drafter: Any = None,
     width: int | None = None,
-    stable: bool = False,
+    attention: str = "exact",
     rowwise: bool = False,
 ) -> Engine:
     """An engine on the module's pair. The rowwise setting swaps the shared model's
@@ -68,7 +68,7 @@ def engine_for(
         context_length=2048,
         drafter=drafter,
         block_size=width,
-        stable_attention=stable,
+        attention=attention,
         rowwise_linear=rowwise,
     )
 
@@ -102,19 +102,20 @@ def assert_same_cache(spec: list, ref: list) -> None:
             assert mx.allclose(x, y, atol=1e-4, rtol=1e-4).item()
 
 
-@pytest.mark.parametrize("stable", [False, True], ids=["exact-keys", "stable-keys"])
+@pytest.mark.parametrize("attention", ["exact", "stable", "vector"])
 @pytest.mark.parametrize("width", WIDTHS)
 def test_greedy_equals_classic_for_every_acceptance_length(
-    pair: Pair, width: int, stable: bool
+    pair: Pair, width: int, attention: str
 ) -> None:
     """For every k, drafts agree for k positions then disagree: every rollback
     length is exercised, and after every round the target cache equals the cache
-    classic decode has after the same tokens. With stable attention (the CUDA
-    default) the verify forward reads the whole cache buffer under a mask."""
+    classic decode has after the same tokens. With stable attention the verify
+    forward reads the whole cache buffer under a mask; with vector attention (the
+    CUDA default) it attends in chunks of at most 3 rows."""
     reference = classic(pair, TOKENS + width)
     for agree in range(width):
         session = Session(
-            engine_for(pair, forced(pair, reference, agree), width, stable),
+            engine_for(pair, forced(pair, reference, agree), width, attention),
             SamplingParams(),
             GenerationStats(),
         )
@@ -145,16 +146,16 @@ def test_a_drafter_with_a_draft_vocabulary_still_equals_classic(pair: Pair) -> N
 
 
 @pytest.mark.parametrize(
-    ("stable", "rowwise"),
-    [(False, False), (True, False), (True, True)],
-    ids=["exact-keys", "stable-keys", "cuda-layout"],
+    ("attention", "rowwise"),
+    [("exact", False), ("stable", False), ("stable", True), ("vector", True)],
+    ids=["exact", "stable", "stable-rowwise", "cuda-layout"],
 )
 @pytest.mark.parametrize("width", [4, 16])
 def test_real_dflash_drafter_end_to_end_equals_classic(
-    pair: Pair, width: int, stable: bool, rowwise: bool
+    pair: Pair, width: int, attention: str, rowwise: bool
 ) -> None:
-    """cuda-layout: stable keys and rowwise products, what CUDA serves with."""
-    speculative = run(engine_for(pair, pair.drafter, width, stable, rowwise), TOKENS)
+    """cuda-layout: vector attention and rowwise products, what CUDA serves with."""
+    speculative = run(engine_for(pair, pair.drafter, width, attention, rowwise), TOKENS)
     assert speculative == classic(pair, TOKENS)
 
 

@@ -178,7 +178,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type():
         "backend": "cpu",
         "compute_capability": None,
         "quantization": None,
-        "stable_attention": False,
+        "attention": "exact",
         "rowwise_linear": False,
         "exactness": "exact",
         "warm_up_s": None,
