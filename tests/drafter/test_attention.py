@@ -4,6 +4,7 @@ both compute what exact-length keys compute."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 
@@ -129,3 +130,28 @@ def test_verify_logits_match_exact_keys(
     want, got = model(block, cache=exact), model(block, cache=other)
     assert mx.allclose(want, got, atol=1e-5, rtol=1e-5).item()
     assert mx.array_equal(mx.argmax(want, -1), mx.argmax(got, -1)).item()
+
+
+@pytest.mark.parametrize(
+    ("cuda", "set_to", "mode", "after"),
+    [
+        (False, None, "exact", None),  # CPU: nothing is touched
+        (True, None, "vector", "0"),  # CUDA, unset: cuDNN attention off, vector kernel
+        (True, "1", "stable", "1"),  # the operator keeps cuDNN: stable keys pay then
+        (True, "0", "vector", "0"),
+    ],
+)
+def test_choose_attention_follows_the_device_and_the_operators_cudnn_setting(
+    monkeypatch: pytest.MonkeyPatch, cuda: bool, set_to: str | None, mode: str, after: str | None
+) -> None:
+    import drafter.device
+    from drafter.attention import CUDNN_ENV, choose_attention
+
+    monkeypatch.setattr(drafter.device, "on_cuda", lambda: cuda)
+    if set_to is None:
+        monkeypatch.delenv(CUDNN_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CUDNN_ENV, set_to)
+    assert choose_attention() == mode
+    assert os.environ.get(CUDNN_ENV) == after
+    monkeypatch.delenv(CUDNN_ENV, raising=False)
