@@ -12,8 +12,10 @@ caches are shared per layer (`BatchState`):
   it runs alone, and its RoPE positions are its own. A forward writes every
   request's rows at its own length in one scatter; attention reads the buffer up
   to the longest request under each request's own causal mask; rolling a request
-  back is setting its length. With stable attention (CUDA, drafter/attention.py)
-  the keys presented run to whole 256-row steps, so cuDNN's graphs repeat.
+  back is setting its length. With stable attention (drafter/attention.py)
+  the keys presented run to whole 256-row steps, so cuDNN's graphs repeat. With
+  vector attention (the CUDA default) the batch's masked attention takes MLX's
+  unfused path: cuDNN is off, and the vector kernel takes no mask.
 - `SharedArrays` (Gated DeltaNet layers): the states stacked on the batch axis;
   a request that rejected drafts is re-run on its accepted rows from the state
   before the forward (drafter/rollback.py's rule, per row).

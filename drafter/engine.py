@@ -59,8 +59,6 @@ class Engine:
         self.context_length = context_length
         self.drafter = drafter
         self.block_size = block_size
-        # Multi-row attention over the whole 256-row cache buffer (drafter/attention.py);
-        # None: wherever it pays (CUDA).
         # How multi-row queries attend (drafter/attention.py); None: choose_attention().
         self._attention = "exact"
         self.attention = choose_attention() if attention is None else attention
