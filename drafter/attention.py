@@ -63,7 +63,6 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-ATTENTION_MODES = ("exact", "stable", "vector")
 MAX_STABLE_ROWS = 64  # wider updates (prefill chunks) keep the exact-length path
 STEP = KVCache.step  # mlx-lm grows its buffers by 256 rows
 

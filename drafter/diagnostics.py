@@ -8,6 +8,8 @@ from typing import NotRequired
 
 from typing_extensions import TypedDict  # pydantic reads it (bench) on Python 3.11
 
+ATTENTION_MODES = ("exact", "stable", "vector")  # SpeculativeConfig.attention (attention.py)
+
 
 class ProbeFields(TypedDict):
     """The startup exactness probe's verdict (drafter/probe.py)."""

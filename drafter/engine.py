@@ -14,7 +14,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
-from drafter.attention import ATTENTION_MODES, choose_attention, make_cache, use_vector_attention
+from drafter.attention import choose_attention, make_cache, use_vector_attention
 from drafter.decoding import (
     PREFILL_STEP,
     Drafter,
@@ -26,6 +26,7 @@ from drafter.decoding import (
     prefill,
 )
 from drafter.device import on_cuda
+from drafter.diagnostics import ATTENTION_MODES
 from drafter.prompt_cache import PromptCache
 from drafter.rowwise import set_rowwise
 from drafter.sampling import (
@@ -60,11 +61,9 @@ class Engine:
         self.drafter = drafter
         self.block_size = block_size
         # How multi-row queries attend (drafter/attention.py); None: choose_attention().
-        self._attention = "exact"
         self.attention = choose_attention() if attention is None else attention
         # Multi-row linear layers as batched one-row products (drafter/rowwise.py);
         # None: wherever it pays (CUDA).
-        self._rowwise = False
         self.rowwise_linear = on_cuda() if rowwise_linear is None else rowwise_linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
 

@@ -34,6 +34,8 @@ BLAS call, and the byte-identity suites hold without it.
 
 from __future__ import annotations
 
+import math
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -45,9 +47,7 @@ def project(x: mx.array, weight: mx.array) -> mx.array:
 
     x: (..., K); weight: (N, K). Each output row is the one-row product of its row."""
     *lead, k = x.shape
-    rows = 1
-    for size in lead:
-        rows *= size
+    rows = math.prod(lead)
     if not 1 < rows <= MAX_ROWS:
         return x @ weight.T
     # (rows, 1, K) with the length-one axis given stride 1: read as a transposed row.

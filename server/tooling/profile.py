@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from drafter.diagnostics import ATTENTION_MODES  # no MLX: the CLI parser stays light
+
 DEFAULT_PROMPT = "def quicksort(items):\n    "
 
 
@@ -59,11 +61,12 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=0, help="extra prompt lengths")
     parser.add_argument(
         "--attention",
-        choices=("auto", "exact", "stable", "vector"),
+        choices=("auto", *ATTENTION_MODES),
         default="auto",
         help="multi-row attention (drafter/attention.py): exact-length keys, stable "
         "(whole 256-row buffer, masked), vector (the CUDA vector kernel in chunks), "
-        "or auto (vector on CUDA)",
+        "or auto (vector on CUDA). On CUDA, stable pays only with cuDNN attention on "
+        "(MLX_CUDA_USE_CUDNN_SDPA=1), vector only with it off (unset or 0)",
     )
     parser.add_argument(
         "--linear",
