@@ -125,6 +125,7 @@ class Prompt:
     source: str  # relative path (or "topics/<key>") the text came from
     chat: bool = False
     history: tuple[str, ...] = ()  # chat: earlier turns, user and assistant alternating
+    bare: bool = False  # chat: plain ChatML turns, without the template's system prompt
 
 
 def stdlib_root() -> Path:

@@ -147,15 +147,26 @@ def chat_messages(prompt: Prompt) -> list[dict[str, str]]:
     return [{"role": roles[i % 2], "content": text} for i, text in enumerate(turns)]
 
 
+def render(prompt: Prompt, tokenizer) -> str:
+    """A prompt's text as the target reads it: raw, in the chat template (which adds
+    its default system prompt), or as bare ChatML turns, as a client of
+    /v1/completions writes them."""
+    if not prompt.chat:
+        return prompt.text
+    if prompt.bare:
+        turns = "".join(
+            f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in chat_messages(prompt)
+        )
+        return turns + "<|im_start|>assistant\n"
+    return tokenizer.apply_chat_template(
+        chat_messages(prompt), tokenize=False, add_generation_prompt=True
+    )
+
+
 def encode(prompts: list[Prompt], tokenizer, max_prompt_tokens: int) -> list[list[int]]:
-    """Token ids of each prompt (chat ones in the chat template, earlier turns
-    included), the last max_prompt_tokens kept; one batched tokenizer call."""
-    texts = [
-        tokenizer.apply_chat_template(chat_messages(p), tokenize=False, add_generation_prompt=True)
-        if p.chat
-        else p.text
-        for p in prompts
-    ]
+    """Token ids of each prompt (see `render`), the last max_prompt_tokens kept; one
+    batched tokenizer call."""
+    texts = [render(p, tokenizer) for p in prompts]
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     return [ids[-max_prompt_tokens:] for ids in encoded]
 
@@ -220,7 +231,8 @@ def self_chat(label, sample, tokenizer, count: int, seed: int) -> tuple[list[Pro
     of USER_OPENERS at temperature 1, up to its `<|im_end|>` (a turn that does not end
     within the sample length is dropped). `label` (prompts -> pairs or None, greedy) gives
     each turn its answer once: the first turns' answers are both their training labels
-    and the history a second turn follows."""
+    and the history a second turn follows. The first turns also come back in the other
+    forms clients send (`other_forms`), labelled likewise."""
     rng = random.Random(seed)
 
     def user_turns(histories: list[tuple[str, ...]]) -> list[Prompt]:
@@ -241,15 +253,31 @@ def self_chat(label, sample, tokenizer, count: int, seed: int) -> tuple[list[Pro
     first = user_turns([()] * count)
     first_pairs = label(first)
     third = len(first) // 3
-    histories = [
-        (p.text, tokenizer.decode(pair[1][:-1]).strip())
-        for p, pair in zip(first[:third], first_pairs[:third], strict=True)
-        if pair and pair[1][-1] in EOS_IDS
+    answers = [
+        tokenizer.decode(pair[1][:-1]).strip() if pair and pair[1][-1] in EOS_IDS else ""
+        for pair in first_pairs
     ]
-    second = user_turns(histories)
+    histories = [(p.text, a) for p, a in zip(first[:third], answers[:third], strict=True) if a]
+    second = user_turns(histories) + other_forms(first, answers, rng)
     labelled = zip(first + second, first_pairs + label(second), strict=True)
     kept = [(p, pair) for p, pair in labelled if pair]
     return [p for p, _ in kept], [pair for _, pair in kept]
+
+
+def other_forms(first: list[Prompt], answers: list[str], rng: random.Random) -> list[Prompt]:
+    """The same user turns as clients also send them, a third each: bare ChatML (no
+    system prompt), a raw "Q: ...\nA:" and, from the target's own answer, the opening
+    words of a sentence of plain prose (3 to 10 words), each continued raw."""
+    forms = []
+    for i, (p, answer) in enumerate(zip(first, answers, strict=True)):
+        if i % 3 == 0:
+            forms.append(Prompt(p.text, "chat", "self-chat/bare", chat=True, bare=True))
+        elif i % 3 == 1:
+            forms.append(Prompt(f"Q: {p.text}\nA:", "prose", "self-chat/qa"))
+        elif len(words := answer.split()) >= 6:
+            opening = " ".join(words[: rng.randint(3, min(10, len(words) - 2))])
+            forms.append(Prompt(opening, "prose", "self-chat/opening"))
+    return forms
 
 
 @torch.no_grad()
@@ -859,7 +887,7 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
         examples = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
         log({"event": "self_chat", "prompts": len(chats), "examples": examples}, records)
         raw_pairs, raw_kinds = generate(train_prompts, deadline)  # what the budget leaves
-        train_pairs, train_kinds = chat_pairs + raw_pairs, ["chat"] * len(chats) + raw_kinds
+        train_pairs, train_kinds = chat_pairs + raw_pairs, [p.kind for p in chats] + raw_kinds
         if not train_pairs:
             raise SystemExit(
                 f"no training data generated within --data-seconds {args.data_seconds}"
