@@ -14,8 +14,8 @@ mkdir -p /root/keep/train
 INIT=${INIT-drafter/default_pair}
 setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
-  ${INIT:+--init $INIT} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-24000} \
-  --data-seconds ${DATA_S:-300} --budget-seconds ${BUDGET_S:-800} --eval-seconds 70 \
+  ${INIT:+--init $INIT} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
+  --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
   --batch 64 --split-mib 15 > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "trained"\|Traceback' /root/keep/train/stdout.txt && break

@@ -27,6 +27,7 @@ import httpx
 import openai
 import pytest
 
+from tests.cpu_entry import CPU_WIDTH
 from tests.deploy.deployfiles import DEPLOY, K8S_BASE, by_kind, final_stage, load_documents, tool
 
 STARTUP_TIMEOUT_S = 300
@@ -146,7 +147,7 @@ def server(request, cache_dir: Path) -> Iterator[Server]:
 def expected_width(server: Server) -> tuple[int, str]:
     if "DRAFTWISE_DRAFT_BLOCK_SIZE" in server.env:
         return int(server.env["DRAFTWISE_DRAFT_BLOCK_SIZE"]), "env:DRAFTWISE_DRAFT_BLOCK_SIZE"
-    return 3, "policy"  # this CPU's measured entry: float32 target, OpenBLAS, dflash
+    return CPU_WIDTH, "policy"  # this CPU's measured entry: float32 target, OpenBLAS, dflash
 
 
 def test_startup_logs_one_dflash_config_line_with_width_source_and_reason(server: Server):

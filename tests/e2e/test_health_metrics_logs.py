@@ -6,6 +6,7 @@ import time
 
 import httpx
 
+from tests.cpu_entry import CPU_RECORD, CPU_WIDTH
 from tests.e2e.serverproc import ServerProcess
 
 
@@ -16,7 +17,7 @@ def test_health_reports_model_backend_and_the_width_resolution(server: ServerPro
     assert health["backend"] == "cpu"
     speculative = health["speculative"]
     # The measured entry for an unquantized target on CPU (policy/table.py).
-    assert (speculative["block_size"], speculative["source"]) == (3, "policy")
+    assert (speculative["block_size"], speculative["source"]) == (CPU_WIDTH, "policy")
     assert speculative["drafter"] == "none" and speculative["speculative"] is False
 
 
@@ -44,8 +45,9 @@ def test_startup_and_dflash_config_lines_are_json(server: ServerProcess):
     events = {e["event"]: e for e in server.events()}
     assert events["server.starting"]["api_key"] == "set"
     config = events["dflash.config"]
-    assert (config["block_size"], config["source"], config["backend"]) == (3, "policy", "cpu")
-    assert "cpu-default-pair-selfchat.md" in config["reason"]
+    resolved = (config["block_size"], config["source"], config["backend"])
+    assert resolved == (CPU_WIDTH, "policy", "cpu")
+    assert CPU_RECORD in config["reason"]
     assert config["quantization"] is None
     assert events["server.ready"]["model"] == "tiny-qwen3-seed0"
 

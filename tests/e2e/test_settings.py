@@ -8,6 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.cpu_entry import CPU_WIDTH
+
 OWNED = "owned by the model worker; restart required"
 LIVE = {"default_max_tokens", "default_temperature", "default_top_p", "request_timeout_s"}
 LIVE |= {"log_level"}
@@ -39,7 +41,7 @@ def test_every_setting_has_value_type_liveness_and_a_reason_when_read_only(http:
 
 def test_the_width_resolution_is_visible_in_settings(http: httpx.Client):
     block = settings_of(http)["draft_block_size"]
-    assert block["value"] == 3  # the CPU entry (policy/table.py)
+    assert block["value"] == CPU_WIDTH  # the CPU entry (policy/table.py)
     assert block["source"] == "policy"
     assert "measured (docs/benchmark_results/" in block["resolution"]
 

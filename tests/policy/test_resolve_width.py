@@ -66,10 +66,10 @@ def test_metal_hosts_get_the_dflash_default(quantization: str | None) -> None:
     assert resolution.reason == f"metal {quant} dflash: no measured entry; dflash default"
 
 
-def test_an_unquantized_target_on_cpu_gets_the_measured_width_3() -> None:
+def test_an_unquantized_target_on_cpu_gets_the_measured_width_4() -> None:
     resolution = resolve(Device("cpu"), None)
-    assert (resolution.width, resolution.source) == (3, "policy")
-    assert "cpu-default-pair-selfchat.md" in resolution.reason
+    assert (resolution.width, resolution.source) == (4, "policy")
+    assert "cpu-default-pair-chatforms.md" in resolution.reason
 
 
 def test_a_4bit_affine_target_on_cpu_is_served_classic_where_every_width_lost() -> None:
