@@ -16,6 +16,7 @@ from drafter.dflash import (
     DFlashDraftModel,
     DrafterError,
     ModelArgs,
+    RestrictedHead,
     build_target_layer_ids,
     load_drafter,
     save_drafter,
@@ -268,6 +269,26 @@ def test_a_draft_vocabulary_restricts_drafts_to_its_tokens(
     outside = mx.array(sorted(set(range(vocab)) - set(ids)))
     assert mx.all(got[:, outside] == -mx.inf).item()
     assert set(mx.argmax(got, axis=-1).tolist()) <= set(ids)
+
+
+def test_the_draft_head_multiplies_by_a_contiguous_copy_of_its_rows_transposed(
+    drafter_dir: Path, target: nn.Module
+) -> None:
+    """On CPU the restricted head scores through an (H, N) copy of its gathered rows
+    (OpenBLAS multiplies a few rows by it faster); the copy is those rows, and the
+    scores are the row layout's."""
+    vocab = target.model.embed_tokens.weight.shape[0]
+    ids = list(range(1, vocab, 2))
+    write_draft_vocab(drafter_dir, ids)
+    head = load_drafter(drafter_dir, target).head
+    assert isinstance(head, RestrictedHead)
+    columns = head.columns()
+    assert columns.shape == (head.weight.shape[1], len(ids))
+    assert mx.array_equal(columns, target.model.embed_tokens.weight[mx.array(ids)].T).item()
+    assert head.columns() is columns  # made once
+    hidden = mx.random.normal((1, 3, columns.shape[0]), key=mx.random.key(3))
+    scores = head(hidden)[..., mx.array(ids)]
+    assert mx.allclose(scores, hidden @ head.weight.T, atol=1e-5).item()
 
 
 def test_a_checkpoint_with_a_draft_vocabulary_loads_where_it_is_ignored(
