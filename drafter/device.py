@@ -35,6 +35,12 @@ def probe_device() -> Device:
     return Device("metal")
 
 
+def on_cpu() -> bool:
+    """Whether MLX computes on the CPU by default: where a tied LM head multiplies
+    faster by a contiguous transposed copy (drafter/columns.py)."""
+    return mx.default_device().type == mx.cpu
+
+
 def on_cuda() -> bool:
     """Whether MLX computes on a CUDA GPU by default: where multi-row attention builds
     cuDNN graphs per shape and multi-row products pay cuBLASLt's per-call setup, so
