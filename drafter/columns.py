@@ -3,9 +3,10 @@
 A tied head computes `x @ embedding.T` over the (V, H) embedding: 49,152 x 576 for
 the default target, the largest product of every forward. MLX's CPU backend hands
 that to `cblas_sgemm` with the second operand transposed. Debian's OpenBLAS 0.3.21
-multiplies a few rows by a contiguous (H, V) matrix in about half the time (10.7
-against 22.1 ms at one row), and with the same result bit for bit
-(docs/benchmark_results/cpu-draft-head-layout.md). So the head keeps its own
+multiplies a few rows by a contiguous (H, V) matrix in half to two thirds of the time
+(10.7 against 22.1 ms at one row, 19.3 against 30.2 at four), and greedy text was
+unchanged (docs/benchmark_results/cpu-draft-head-layout.md; the draft head's rows gave
+scores equal bit for bit). So the head keeps its own
 transposed copy, made on first use, and multiplies by that. The embedding lookup
 still reads the (V, H) rows.
 

@@ -92,7 +92,7 @@ class Engine:
     def rowwise_linear(self, on: bool) -> None:
         """Swap the target's and the drafter's linear layers (drafter/rowwise.py). Off
         on CPU, the tied LM head multiplies by a contiguous (H, V) copy instead
-        (drafter/columns.py), where OpenBLAS multiplies in about half the time. Each
+        (drafter/columns.py), where OpenBLAS multiplies in half to two thirds of the time. Each
         swap changes only the plain classes, hence the order."""
         set_column_head(self.model, False)
         set_rowwise(self.model, on)
