@@ -776,7 +776,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="an mlx-lm dir from drafter/checkpoints/smollm2.py (config.json, tokenizer files)",
     )
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="training windows and sampled turns")
+    p.add_argument("--eval-seed", type=int, default=0, help="held-out windows (keep to compare)")
     p.add_argument("--layers", type=int, nargs="+", default=[3], help="depths, trained together")
     p.add_argument("--intermediate-size", type=int, default=0, help="0: the target's")
     p.add_argument("--target-layer-ids", type=int, nargs="+", default=[1, 8, 14, 20, 27])
@@ -817,8 +818,9 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     path = args.out / "data.npz"
     decoder = StaticDecoder(target, json.loads((args.target_dir / "config.json").read_text()))
     began = time.perf_counter()
-    prompts = build_prompts(args.seed, site=args.site)
-    train_prompts, held_prompts = split(prompts)
+    train_prompts, held_prompts = split(build_prompts(args.seed, site=args.site))
+    if args.eval_seed != args.seed:  # the same held-out windows as other runs', to compare
+        held_prompts = split(build_prompts(args.eval_seed, site=args.site))[1]
     if args.max_prompts:
         train_prompts = train_prompts[: args.max_prompts]
     held = [

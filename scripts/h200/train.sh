@@ -3,7 +3,8 @@
 # start drafter training in the background (its own session, so it outlives this call
 # while the machine stays held), then follow its log until this call's time is nearly up.
 # LAYERS (default "5"), INIT (a drafter dir to start from; default the shipped one, ""
-# for a fresh start), LR, DATA_S, BUDGET_S, SELF_CHAT tune the run.
+# for a fresh start), SEED (which training windows and sampled user turns; the held-out
+# split is by path hash and does not move), LR, DATA_S, BUDGET_S, SELF_CHAT tune the run.
 cp .payload06/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
@@ -14,7 +15,7 @@ mkdir -p /root/keep/train
 INIT=${INIT-drafter/default_pair}
 setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
-  ${INIT:+--init $INIT} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
+  ${INIT:+--init $INIT} --seed ${SEED:-0} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
   --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
   --batch 64 --split-mib 15 > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
