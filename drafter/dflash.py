@@ -292,9 +292,15 @@ def head_module(target: nn.Module) -> nn.Module:
 
 
 def target_head(target: nn.Module) -> Any:
-    """The target's LM head (or its tied embeddings), as a callable on hidden states."""
+    """The target's LM head (or its tied embeddings), as a callable on hidden states.
+
+    A tied head's `as_linear` is looked up per call: the engine swaps the embedding's
+    class (drafter/rowwise.py, drafter/columns.py) after the drafter is made, and a
+    method bound here would keep the class it had then."""
     module = head_module(target)
-    return module.as_linear if module is target_embedding(target) else module
+    if module is not target_embedding(target):
+        return module
+    return lambda hidden: module.as_linear(hidden)
 
 
 def target_dims(target: nn.Module) -> tuple[int, int, int]:

@@ -9,6 +9,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from drafter.columns import ColumnsEmbedding, set_column_head
+from drafter.dflash import target_embedding
 from drafter.rowwise import RowwiseEmbedding
 from tests.drafter.conftest import Pair
 
@@ -41,3 +42,15 @@ def test_the_engine_uses_the_column_head_on_cpu_unless_rowwise_products_are_on(
     assert type(embedding) is RowwiseEmbedding
     engine.rowwise_linear = False
     assert type(embedding) is ColumnsEmbedding
+
+
+def test_a_full_draft_head_multiplies_by_the_layout_the_target_has_now(pair: Pair) -> None:
+    assert pair.drafter.draft_vocab is None  # a random drafter scores the whole vocabulary
+    embedding = target_embedding(pair.model)
+    hidden = mx.random.normal((1, 2, embedding.weight.shape[1]), key=mx.random.key(4))
+    set_column_head(pair.model, False)
+    want = pair.drafter.head(hidden)
+    set_column_head(pair.model, True)  # after the drafter was made, as the engine does
+    got = pair.drafter.head(hidden)
+    assert "_columns" in embedding.__dict__  # it multiplied by the column copy
+    assert mx.allclose(got, want, atol=1e-5).item()
