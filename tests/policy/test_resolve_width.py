@@ -19,6 +19,7 @@ from policy import (
 GB10_RECORD = "docs/benchmark_results/gb10-qwen3.5-4b-4bit-dflash-published.md"
 GB10 = Device("cuda", (12, 1))
 H200 = Device("cuda", (9, 0))
+H200_RECORD = "docs/benchmark_results/h200-seed1-drafter.md"
 V100 = Device("cuda", (7, 0))
 ALL_QUANT = (None, *QUANT_MODES)
 
@@ -66,10 +67,10 @@ def test_metal_hosts_get_the_dflash_default(quantization: str | None) -> None:
     assert resolution.reason == f"metal {quant} dflash: no measured entry; dflash default"
 
 
-def test_an_unquantized_target_on_cpu_gets_the_measured_width_4() -> None:
+def test_an_unquantized_target_on_cpu_gets_the_measured_width_5() -> None:
     resolution = resolve(Device("cpu"), None)
-    assert (resolution.width, resolution.source) == (4, "policy")
-    assert "cpu-default-pair-chatforms.md" in resolution.reason
+    assert (resolution.width, resolution.source) == (5, "policy")
+    assert "cpu-seed1-drafter.md" in resolution.reason
 
 
 def test_a_4bit_affine_target_on_cpu_is_served_classic_where_every_width_lost() -> None:
@@ -90,14 +91,24 @@ def test_an_override_beats_the_cpu_classic_entry() -> None:
     assert (resolution.width, resolution.source) == (3, "flag")
 
 
-@pytest.mark.parametrize("quantization", ALL_QUANT)
-@pytest.mark.parametrize("device", [V100, H200], ids=["pre-ampere-7.0", "hopper-9.0"])
+@pytest.mark.parametrize(
+    ("device", "quantization"),
+    [(V100, q) for q in ALL_QUANT] + [(H200, q) for q in QUANT_MODES],
+    ids=lambda value: str(value),
+)
 def test_unmeasured_cuda_hosts_get_the_dflash_default(
     device: Device, quantization: str | None
 ) -> None:
     resolution = resolve(device, quantization)
     assert (resolution.width, resolution.source) == (16, "default")
     assert resolution.reason.startswith(f"{device.describe()} {quantization or 'unquantized'}")
+
+
+def test_h200_unquantized_dflash_resolves_to_the_measured_width_8_citing_its_record() -> None:
+    resolution = resolve(H200, None)
+    assert resolution == Resolution(
+        8, "policy", f"cuda 9.0 unquantized dflash: measured ({H200_RECORD}, mlx 0.32.4)"
+    )
 
 
 def test_gb10_affine_dflash_resolves_to_the_measured_width_4_citing_its_record() -> None:
