@@ -94,7 +94,7 @@ def test_an_override_beats_the_cpu_classic_entry() -> None:
 @pytest.mark.parametrize(
     ("device", "quantization"),
     [(V100, q) for q in ALL_QUANT] + [(H200, q) for q in QUANT_MODES],
-    ids=lambda value: str(value),
+    ids=str,
 )
 def test_unmeasured_cuda_hosts_get_the_dflash_default(
     device: Device, quantization: str | None
