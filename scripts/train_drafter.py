@@ -342,9 +342,23 @@ class Sequences:
             rows[i, : len(p) + len(g)] = torch.tensor(p + g)
         self.ids = rows.to(device)
         self.pairs = pairs
+        self.by_length = torch.argsort(self.lengths)
 
     def __len__(self) -> int:
         return self.ids.shape[0]
+
+    def draw(self, count: int, window: int, gen: torch.Generator) -> torch.Tensor:
+        """`count` row indices: uniform over all rows when `window` is 0, else uniform
+        over a random run of `window * count` rows in length order. A batch is as wide as
+        its longest row, so a batch of similar lengths wastes little on padding; every
+        row is still drawn about equally often (the shortest and longest few a little
+        less)."""
+        dev = self.ids.device
+        if window <= 0:
+            return torch.randint(len(self), (count,), generator=gen, device=dev)
+        span = min(len(self), window * count)
+        start = torch.randint(len(self) - span + 1, (1,), generator=gen, device=dev)
+        return self.by_length[start + torch.randint(span, (count,), generator=gen, device=dev)]
 
     def batch(self, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         lengths = self.lengths[index]
@@ -572,9 +586,10 @@ class Trainee:
         return f"L{self.layers}"
 
 
-def sample_batch(data: Sequences, args, gen: torch.Generator, device) -> tuple:
-    """Rows, random anchors in their continuations and a random width per block."""
-    index = torch.randint(len(data), (args.batch,), generator=gen, device=device)
+def sample_batch(data: Sequences, args, gen: torch.Generator, device, window: int = 0) -> tuple:
+    """Rows (drawn as `Sequences.draw` says), random anchors in their continuations and a
+    random width per block."""
+    index = data.draw(args.batch, window, gen)
     ids, prompt_lengths, lengths = data.batch(index)
     anchors, keep = sample_anchors(prompt_lengths, lengths, args.anchors, gen)
     full = torch.rand(anchors.shape, generator=gen, device=device) < args.full_width_share
@@ -609,7 +624,7 @@ def batch_features(tap: FeatureTap, ids: torch.Tensor, device) -> torch.Tensor:
 
 def train_step(trainees: list[Trainee], target, tap, data, args, gen, device) -> None:
     """One batch for every trainee still training; the target's features are shared."""
-    batch = sample_batch(data, args, gen, device)
+    batch = sample_batch(data, args, gen, device, args.length_window)
     features = batch_features(tap, batch[0], device)
     for t in trainees:
         if t.stopped:
@@ -798,6 +813,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--draft-vocab", type=int, default=16384, help="0: none")
     p.add_argument("--batch", type=int, default=48)
     p.add_argument("--anchors", type=int, default=48)
+    p.add_argument(
+        "--length-window",
+        type=int,
+        default=8,
+        help="draw a batch from batch x this many rows of similar length (0: uniform)",
+    )
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--steps", type=int, default=0, help="0: fit into the time budget")
     p.add_argument("--eval-every", type=int, default=250, help="steps between held-out losses")
@@ -988,6 +1009,8 @@ def main(argv: list[str] | None = None) -> None:
             "event": "data",
             "train_seqs": len(train_data),
             "train_new_tokens": tokens,
+            "mean_length": round(float(train_data.lengths.float().mean()), 1),
+            "max_length": int(train_data.lengths.max()),
             "eval_seqs": len(eval_data),
             "short_seqs": len(short_data),
         },
@@ -1011,7 +1034,7 @@ def main(argv: list[str] | None = None) -> None:
         log({"event": "drafter", "name": t.name, "params": params, "resumed_at": step}, records)
     total = total or args.steps or 10**9
     gen = torch.Generator(device=device).manual_seed(args.seed + step)
-    calib_steps, calib_start = 20, None
+    calib_steps, calib_start = 50, None
     train_end = START + args.budget_seconds - args.eval_seconds
     first = step
     while step < total and time.perf_counter() < train_end and not all(t.stopped for t in trainees):
