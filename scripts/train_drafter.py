@@ -662,10 +662,12 @@ def early_stopping(trainee: Trainee, loss: float, patience: int) -> None:
         trainee.stopped = trainee.bad_evals >= patience
 
 
-def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
+    """Linear warm-up over the first `warmup` steps, then a cosine from the peak down to
+    5% of it as the schedule's progress goes from 0 to 1."""
     if step < warmup:
         return peak * (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, max(0.0, progress))
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
@@ -955,12 +957,12 @@ def checkpoint_path(args, trainee: Trainee) -> Path:
     return args.out / f"ckpt-{trainee.name}.pt"
 
 
-def save_checkpoint(args, trainee: Trainee, step: int, total: int) -> None:
+def save_checkpoint(args, trainee: Trainee, step: int, progress: float) -> None:
     state = {
         "model": trainee.model.state_dict(),
         "opt": trainee.opt.state_dict(),
         "step": step,
-        "total": total,
+        "progress": progress,
         "best_loss": trainee.best_loss,
         "best_state": trainee.best_state,
         "bad_evals": trainee.bad_evals,
@@ -969,17 +971,18 @@ def save_checkpoint(args, trainee: Trainee, step: int, total: int) -> None:
     torch.save(state, checkpoint_path(args, trainee))
 
 
-def resume(args, trainee: Trainee) -> tuple[int, int]:
-    """(step, total) from the trainee's checkpoint, or (0, 0) for a fresh start."""
+def resume(args, trainee: Trainee) -> tuple[int, float]:
+    """(step, schedule progress) from the trainee's checkpoint, or (0, 0.0) for a fresh
+    start."""
     path = checkpoint_path(args, trainee)
     if not path.is_file():
-        return 0, 0
+        return 0, 0.0
     state = torch.load(path, weights_only=False)
     trainee.model.load_state_dict(state["model"])
     trainee.opt.load_state_dict(state["opt"])
     trainee.best_loss, trainee.best_state = state["best_loss"], state["best_state"]
     trainee.bad_evals, trainee.stopped = state["bad_evals"], state["stopped"]
-    return state["step"], state["total"]
+    return state["step"], state["progress"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -1025,28 +1028,33 @@ def main(argv: list[str] | None = None) -> None:
     flush()
 
     trainees = [make_trainee(args, target_cfg, layers, device) for layers in args.layers]
-    step, total = 0, 0
+    step, done = 0, 0.0
     for t in trainees:
-        step, total = resume(args, t)
+        step, done = resume(args, t)
         if step == 0 and args.init is not None:
             warm_start(t, args.init)
         params = sum(p.numel() for p in t.model.parameters())
         log({"event": "drafter", "name": t.name, "params": params, "resumed_at": step}, records)
-    total = total or args.steps or 10**9
     gen = torch.Generator(device=device).manual_seed(args.seed + step)
-    calib_steps, calib_start = 50, None
+    began, first = time.perf_counter(), step
     train_end = START + args.budget_seconds - args.eval_seconds
-    first = step
-    while step < total and time.perf_counter() < train_end and not all(t.stopped for t in trainees):
-        if step == first + 5:
-            calib_start = time.perf_counter()
-        if total == 10**9 and step == first + 5 + calib_steps:
-            per_step = (time.perf_counter() - calib_start) / calib_steps
-            total = step + int((train_end - time.perf_counter()) / per_step)
-            log({"event": "schedule", "sec_per_step": round(per_step, 4), "steps": total}, records)
+
+    def progress() -> float:
+        """How far through the lr schedule: by steps with --steps, else by the clock
+        (step times vary with batch length, and the first steps pay for new shapes, so
+        a step count fitted to early steps ends the run early). A resumed run goes on
+        from its checkpoint's progress."""
+        if args.steps:
+            return min(1.0, step / args.steps)
+        spent = (time.perf_counter() - began) / max(1e-9, train_end - began)
+        return min(1.0, done + (1 - done) * spent)
+
+    while progress() < 1 and time.perf_counter() < train_end:
+        if all(t.stopped for t in trainees):
+            break
         for t in trainees:
             for group in t.opt.param_groups:
-                group["lr"] = lr_at(step, total if total < 10**9 else 2000, args.lr, 60)
+                group["lr"] = lr_at(step, progress(), args.lr, 60)
         train_step(trainees, target, tap, train_data, args, gen, device)
         step += 1
         if step % args.eval_every == 0:
@@ -1068,9 +1076,11 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 t.losses = []
             flush()
-    log({"event": "trained", "steps": step, "total": total}, records)
+    seconds = time.perf_counter() - began
+    per_step = round(seconds / max(1, step - first), 4)
+    log({"event": "trained", "steps": step, "sec_per_step": per_step}, records)
     for t in trainees:
-        save_checkpoint(args, t, step, total)
+        save_checkpoint(args, t, step, progress())
         if t.best_state is not None:
             t.model.load_state_dict(t.best_state)
         out = args.out / f"drafter-{t.name}"
