@@ -18,7 +18,10 @@ runs on a bare GPU image. Steps:
    the continuation, blocks [anchor, mask, ...], each block sees the context strictly
    before its anchor, cross-entropy on rows 1..B-1 weighted by exp(-(k-1)/gamma). Each
    block is given a random width (half at the full block size) so every narrower width
-   the server may choose is a trained case.
+   the server may choose is a trained case. Each batch is drawn from rows of similar
+   length (`--length-window`), as a batch costs what its longest row costs. The lr
+   follows the clock (warm-up, then a cosine to 5%) until the budget ends, or
+   `--steps` when that is given.
 4. Evaluation: mean acceptance length (tokens per round incl. the bonus token) of a
    simulated greedy round loop on held-out continuations, per width and prompt kind.
 5. Output: `config.json` + `model.safetensors` (bf16) in the published checkpoint
@@ -30,7 +33,8 @@ runs on a bare GPU image. Steps:
 Several drafter depths (`--layers 3 5`) train side by side on the same batches, so the
 target's features are computed once for all of them. One run can span several device
 calls: the generated data (`<out>/data.npz`, token ids as uint16) and a checkpoint
-(`<out>/ckpt-L<layers>.pt`, drafter + optimizer + step) are picked up when present.
+(`<out>/ckpt-L<layers>.pt`, drafter + optimizer + step + how far the lr schedule got)
+are picked up when present; a larger `--steps` trains a finished run on.
 """
 
 from __future__ import annotations
