@@ -49,7 +49,7 @@ class SharedKV:
     new rows at its own length in one scatter and reads the buffer up to the longest;
     `commit` then keeps only each request's accepted rows (rollback is a length)."""
 
-    def __init__(self, caches: list[KVCache]):
+    def __init__(self, caches: list[KVCache]) -> None:
         self.stable = isinstance(caches[0], StableKVCache)  # whole 256-row steps
         self.lengths = [cache.offset for cache in caches]
         capacity = whole_steps(max(self.lengths) + 1)
@@ -104,7 +104,7 @@ class SharedArrays(ArraysCache):
     `commit` rolls each request back to its accepted rows by re-running mlx-lm's own
     module on them from the state before the forward (drafter/rollback.py's rule)."""
 
-    def __init__(self, caches: list[ArraysCache]):
+    def __init__(self, caches: list[ArraysCache]) -> None:
         super().__init__(len(caches[0].cache))
         if any(state is None for cache in caches for state in cache.cache):
             raise ValueError("a request joined the batch before its prefill")
@@ -178,7 +178,7 @@ class BatchState:
     batch's membership changes and released back into the sequences' own caches before
     the next change, so a request can leave (or run alone) at any step."""
 
-    def __init__(self, sequences: list[Sequence]):
+    def __init__(self, sequences: list[Sequence]) -> None:
         self.sequences = list(sequences)
         per_layer = zip(*(s.session.cache for s in sequences), strict=True)
         self.layers: list[SharedKV | SharedArrays] = [
@@ -249,7 +249,7 @@ class BatchDecoder:
     """Starts sequences, advances their prefills a chunk at a time, and runs the
     batched rounds. The scheduler (server/scheduler.py) decides who is in a step."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.width = engine.block_size if engine.speculative else 1  # the ceiling
         self.state: BatchState | None = None  # the shared caches of the last batch

@@ -22,7 +22,7 @@ class Tap:
     """Where one tapped layer writes its latest output (a plain object, so
     nn.Module keeps it out of the parameter tree)."""
 
-    def __init__(self, capture: Capture, indices: list[int]):
+    def __init__(self, capture: Capture, indices: list[int]) -> None:
         self.capture = capture
         self.indices = indices
 
@@ -30,7 +30,7 @@ class Tap:
 class Capture:
     """The latest outputs of the tapped layers, in `layer_ids` order."""
 
-    def __init__(self, layer_ids: list[int]):
+    def __init__(self, layer_ids: list[int]) -> None:
         self.layer_ids = list(layer_ids)
         self.outputs: list[mx.array | None] = [None] * len(layer_ids)
 

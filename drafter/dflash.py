@@ -155,7 +155,7 @@ class Attention(nn.Module):
     B > 1 the keys are right-padded to the longest request and masked; with B = 1 this
     is exactly the single-request computation."""
 
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         dim, head_dim = args.hidden_size, args.head_dim
         self.n_heads = args.num_attention_heads
@@ -225,7 +225,7 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.self_attn = Attention(args)
         self.mlp = MLP(args.hidden_size, args.intermediate_size)
@@ -242,7 +242,7 @@ class DecoderLayer(nn.Module):
 class DFlashDraftModel(nn.Module):
     """Block embeddings + target features in, normed block hidden states out."""
 
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         self.args = args
         taps = len(args.target_layer_ids)
@@ -315,7 +315,7 @@ class RestrictedHead:
     """The target's LM head restricted to the rows of `token_ids`; returns full-vocabulary
     logits with -inf outside them. q: the draft distribution, zero off the vocabulary."""
 
-    def __init__(self, module: nn.Module, token_ids: list[int], vocab: int):
+    def __init__(self, module: nn.Module, token_ids: list[int], vocab: int) -> None:
         self.ids = mx.array(token_ids, dtype=mx.int32)
         self.vocab = vocab
         self.rowwise = False  # drafter/rowwise.py: batched one-row products
@@ -380,7 +380,7 @@ class DFlashDrafter:
         target: nn.Module,
         path: Path,
         draft_vocab: list[int] | None = None,
-    ):
+    ) -> None:
         self.model = model
         self.args = args
         self.path = path

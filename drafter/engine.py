@@ -54,7 +54,7 @@ class Engine:
         block_size: int | None = None,
         attention: str | None = None,
         rowwise_linear: bool | None = None,
-    ):
+    ) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.model_id = model_id

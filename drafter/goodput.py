@@ -48,7 +48,7 @@ class Choice:
 
 
 class WidthControl:
-    def __init__(self, ceiling: int):
+    def __init__(self, ceiling: int) -> None:
         self.ceiling = ceiling
         self.widths = candidate_widths(ceiling)
         # reached[k]: decayed count of rounds that drafted position k (1-based);

@@ -41,7 +41,7 @@ DTYPES: dict[str, mx.Dtype] = {
 class LoadError(ValueError):
     """A model setting that cannot be served; `setting` names the field, `value` its value."""
 
-    def __init__(self, setting: str, value: Any, message: str):
+    def __init__(self, setting: str, value: Any, message: str) -> None:
         super().__init__(message)
         self.setting = setting
         self.value = value

@@ -53,7 +53,7 @@ def state_bytes(cache: list[Any], features: mx.array | None) -> int:
 class PromptCache:
     """An LRU of prompt states within `max_bytes`; counts hits, misses, cached tokens."""
 
-    def __init__(self, max_bytes: int):
+    def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()
         self.hits = 0

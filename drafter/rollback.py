@@ -95,7 +95,7 @@ def recording_class(cls: type) -> type:
     if cls not in _HOOKED_CLASSES:
         original = cls.__call__
 
-        def __call__(self: nn.Module, inputs: mx.array, mask: Any = None, cache: Any = None):
+        def __call__(self: nn.Module, inputs: mx.array, mask: Any = None, cache: Any = None) -> Any:
             recording = _ARMED.get(cache) if isinstance(cache, ArraysCache) else None
             if recording is not None:
                 recording.module, recording.inputs, recording.mask = self, inputs, mask

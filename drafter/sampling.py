@@ -84,7 +84,7 @@ def sampling_logprobs(logprobs: mx.array, params: SamplingParams) -> mx.array:
 class TokenChooser:
     """Chooses tokens for one request; owns its random key so a seed fixes the output."""
 
-    def __init__(self, params: SamplingParams):
+    def __init__(self, params: SamplingParams) -> None:
         self.params = params
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._key = mx.random.key(seed)

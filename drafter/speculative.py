@@ -138,7 +138,7 @@ class Session:
         ignore_eos: bool = False,
         width: int | None = None,
         timer: RoundTimer | None = None,
-    ):
+    ) -> None:
         self.engine = engine
         self.model: nn.Module = engine.model
         self.drafter: Drafter | None = engine.drafter

@@ -36,7 +36,7 @@ def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator 
 class StaticDecoder:
     """Continuations of left-padded prompt batches with a static KV cache."""
 
-    def __init__(self, model: nn.Module, config: dict):
+    def __init__(self, model: nn.Module, config: dict) -> None:
         self.model = model
         self.layers = model.model.layers
         self.heads = config["num_attention_heads"]

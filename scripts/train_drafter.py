@@ -122,7 +122,7 @@ def load_target(gguf: Path | None, target_dir: Path, device: torch.device, dtype
 class FeatureTap:
     """Captures the outputs of the target's decoder layers at `layer_ids`."""
 
-    def __init__(self, model: nn.Module, layer_ids: list[int]):
+    def __init__(self, model: nn.Module, layer_ids: list[int]) -> None:
         self.outputs: dict[int, torch.Tensor] = {}
         self.layer_ids = layer_ids
         for lid in layer_ids:
@@ -130,7 +130,7 @@ class FeatureTap:
         self.model = model
 
     def _hook(self, lid: int):
-        def hook(_module, _args, output):
+        def hook(_module, _args, output) -> None:
             self.outputs[lid] = output[0] if isinstance(output, tuple) else output
 
         return hook
@@ -335,7 +335,7 @@ def load_pairs(path: Path) -> tuple[list[tuple[list[int], list[int]]], list[str]
 class Sequences:
     """Right-padded prompt+continuation token rows, on the device."""
 
-    def __init__(self, pairs: list[tuple[list[int], list[int]]], kinds: list[str], device):
+    def __init__(self, pairs: list[tuple[list[int], list[int]]], kinds: list[str], device) -> None:
         keep = [i for i, (_, g) in enumerate(pairs) if len(g) >= 8]
         pairs = [pairs[i] for i in keep]
         self.kinds = [kinds[i] for i in keep]
@@ -374,7 +374,7 @@ class Sequences:
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
@@ -397,7 +397,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: dict[str, Any]):
+    def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
         d, hd = cfg["hidden_size"], cfg["head_dim"]
         self.heads, self.kv_heads, self.head_dim = (
@@ -433,7 +433,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, d: int, inter: int):
+    def __init__(self, d: int, inter: int) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(d, inter, bias=False)
         self.up_proj = nn.Linear(d, inter, bias=False)
@@ -444,7 +444,7 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, cfg: dict[str, Any]):
+    def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
         self.self_attn = Attention(cfg)
         self.mlp = MLP(cfg["hidden_size"], cfg["intermediate_size"])
@@ -459,7 +459,7 @@ class Layer(nn.Module):
 class Drafter(nn.Module):
     """The published DFlash drafter; parameter names are the checkpoint's names."""
 
-    def __init__(self, cfg: dict[str, Any]):
+    def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__()
         d = cfg["hidden_size"]
         n_taps = len(cfg["dflash_config"]["target_layer_ids"])

@@ -31,7 +31,7 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
-    ):
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

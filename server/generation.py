@@ -23,7 +23,7 @@ Emit = Callable[[Chunk | Finished], None]
 class Echoes:
     """With `echo`, each choice's text starts with its prompt (scored once per prompt)."""
 
-    def __init__(self, engine: Engine, plan: CompletionPlan, names: TokenNames):
+    def __init__(self, engine: Engine, plan: CompletionPlan, names: TokenNames) -> None:
         self.engine, self.plan, self.names = engine, plan, names
         self.done: dict[int, tuple[str, dict[str, list[Any]] | None]] = {}
 
@@ -54,7 +54,7 @@ class ChoiceRun:
         names: TokenNames,
         emit: Emit,
         offset: int = 0,
-    ):
+    ) -> None:
         self.plan, self.choice, self.names, self.emit = plan, choice, names, emit
         self.prompt = plan.prompts[choice.prompt]
         self.offset = offset
@@ -123,7 +123,7 @@ def echo_prompt(
 class TokenNames:
     """Token ids as text for the legacy logprobs shape, cached per request."""
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.cache: dict[int, str] = {}
 

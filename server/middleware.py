@@ -30,7 +30,7 @@ PROBES = {"/health", "/metrics"}
 
 
 class RequestLog:
-    def __init__(self, app: ASGIApp, metrics: Metrics):
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
 
@@ -74,7 +74,7 @@ class BodyLimit:
     nothing and catches bodies without a Content-Length (chunked) too.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
 

@@ -65,7 +65,7 @@ class Scheduler:
         max_batch_size: int,
         metrics: Metrics,
         on_job_end: Callable[[Job], None],
-    ):
+    ) -> None:
         self.engine = engine
         self.jobs = jobs
         self.max_batch_size = max_batch_size

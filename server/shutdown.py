@@ -35,7 +35,7 @@ FLUSH_TIMEOUT_S = 5
 
 
 class GracefulServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, state: ServerState):
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
         super().__init__(config)
         self.state = state
         self.cancelled_at: float | None = None

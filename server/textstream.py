@@ -38,7 +38,7 @@ class Piece:
 class TextStream:
     """Detokenizes one sequence; `push` and `finish` return what may be shown now."""
 
-    def __init__(self, tokenizer: Any, stops: list[str] | tuple[str, ...] = ()):
+    def __init__(self, tokenizer: Any, stops: list[str] | tuple[str, ...] = ()) -> None:
         self.tokenizer = tokenizer
         self.stops = [stop for stop in stops if stop]
         self.ids: list[int] = []

@@ -49,7 +49,7 @@ class ModelWorker:
         max_batch_size: int = 1,
         on_load_failed: Callable[[BaseException], None] | None = None,
         on_loaded: Callable[[Loaded], None] | None = None,
-    ):
+    ) -> None:
         self.load = load
         self.max_batch_size = max_batch_size
         self.metrics = metrics

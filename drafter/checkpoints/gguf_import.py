@@ -11,10 +11,12 @@ crash never leaves a half-written model behind.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 from gguf import GGUFReader
 from mlx_lm.utils import _get_classes, quantize_model, save_config, save_model
@@ -197,7 +199,9 @@ def tokenizer_files(reader: GGUFReader) -> dict[str, dict[str, Any]]:
     }
 
 
-def _build_model(config: dict[str, Any], weights: dict[str, np.ndarray], dtype: mx.Dtype):
+def _build_model(
+    config: dict[str, Any], weights: dict[str, np.ndarray], dtype: mx.Dtype
+) -> nn.Module:
     model_class, args_class = _get_classes(config)
     model = model_class(args_class.from_dict(config))
     arrays = [(name, mx.array(value).astype(dtype)) for name, value in weights.items()]
@@ -231,7 +235,7 @@ def write_model_dir(
         (out_dir / name).write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n")
 
 
-def keep_embedding_bits(bits: int):
+def keep_embedding_bits(bits: int) -> Callable[[str, Any], bool | dict[str, Any]]:
     """quantize_model's predicate: the embedding at max(bits, EMBEDDING_BITS), the rest at bits."""
 
     def predicate(path: str, module: Any) -> bool | dict[str, Any]:

@@ -157,7 +157,7 @@ def server_environment(environ: Mapping[str, str], blas: str) -> dict[str, str]:
 class Server:
     """One `draftwise serve` child: started, waited for, stopped (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, command: list[str], env: dict[str, str], port: int, log_path: Path):
+    def __init__(self, command: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
         self.command, self.env, self.port, self.log_path = command, env, port, log_path
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -23,9 +23,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drafter.diagnostics import ATTENTION_MODES  # no MLX: the CLI parser stays light
+
+if TYPE_CHECKING:
+    from drafter.decoding import GenerationStats
+    from drafter.speculative import RoundTimer
 
 DEFAULT_PROMPT = "def quicksort(items):\n    "
 
@@ -143,7 +147,9 @@ def gaps(steps: Any) -> list[float]:
     return times
 
 
-def timed_rounds(engine: Any, prompt: list[int], tokens: int, width: int, timer=None):
+def timed_rounds(
+    engine: Any, prompt: list[int], tokens: int, width: int, timer: RoundTimer | None = None
+) -> tuple[list[float], GenerationStats]:
     """(per-round wall times in s, stats) of one greedy speculative request."""
     from drafter.decoding import GenerationStats
     from drafter.sampling import SamplingParams

@@ -150,7 +150,7 @@ def expected_width(server: Server) -> tuple[int, str]:
     return CPU_WIDTH, "policy"  # this CPU's measured entry: float32 target, OpenBLAS, dflash
 
 
-def test_startup_logs_one_dflash_config_line_with_width_source_and_reason(server: Server):
+def test_startup_logs_one_dflash_config_line_with_width_source_and_reason(server: Server) -> None:
     config = server.event("dflash.config")
     block_size, source = expected_width(server)
     assert config["block_size"] == block_size
@@ -158,7 +158,7 @@ def test_startup_logs_one_dflash_config_line_with_width_source_and_reason(server
     assert isinstance(config["reason"], str) and config["reason"]
 
 
-def test_health_and_the_images_healthcheck_pass_once_ready(server: Server):
+def test_health_and_the_images_healthcheck_pass_once_ready(server: Server) -> None:
     assert httpx.get(server.base_url + "/health", timeout=5).status_code == 200
     healthcheck = final_stage(DEPLOY / "Dockerfile").healthcheck
     command = [sys.executable, *healthcheck[1:]]
@@ -166,7 +166,7 @@ def test_health_and_the_images_healthcheck_pass_once_ready(server: Server):
     assert result.returncode == 0, result.stderr
 
 
-def test_a_completion_comes_back_through_the_openai_sdk(server: Server):
+def test_a_completion_comes_back_through_the_openai_sdk(server: Server) -> None:
     client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused")
     (model,) = client.models.list().data
     completion = client.completions.create(
@@ -178,12 +178,14 @@ def test_a_completion_comes_back_through_the_openai_sdk(server: Server):
     assert completion.usage.completion_tokens == 12 or choice.finish_reason == "stop"
 
 
-def test_metrics_export_the_queue_depth_the_cuda_autoscaler_reads(server: Server):
+def test_metrics_export_the_queue_depth_the_cuda_autoscaler_reads(server: Server) -> None:
     metrics = httpx.get(server.base_url + "/metrics", timeout=5).text
     assert any(line.startswith("draftwise_queue_depth ") for line in metrics.splitlines())
 
 
-def test_sigterm_lets_an_inflight_request_finish_and_exits_within_the_grace_period(cache_dir):
+def test_sigterm_lets_an_inflight_request_finish_and_exits_within_the_grace_period(
+    cache_dir,
+) -> None:
     deployment = by_kind(load_documents(K8S_BASE / "deployment.yaml"), "Deployment")
     grace_s = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     # The exactness probe plays no part in shutdown; off spares this start its ~40 s here.

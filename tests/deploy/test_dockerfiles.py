@@ -21,12 +21,12 @@ def hadolint(*paths: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_dockerfile_passes_hadolint(name: str):
+def test_dockerfile_passes_hadolint(name: str) -> None:
     result = hadolint(str(DEPLOY / name))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_hadolint_fails_a_dockerfile_with_a_finding(tmp_path):
+def test_hadolint_fails_a_dockerfile_with_a_finding(tmp_path) -> None:
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM debian:bookworm-slim\nRUN cd /tmp && echo hi\n")
     result = hadolint(str(bad))
@@ -35,7 +35,7 @@ def test_hadolint_fails_a_dockerfile_with_a_finding(tmp_path):
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_image_starts_draftwise_serve_as_a_non_root_user_on_port_8000(name: str):
+def test_image_starts_draftwise_serve_as_a_non_root_user_on_port_8000(name: str) -> None:
     text = (DEPLOY / name).read_text()
     stage = final_stage(DEPLOY / name)
     assert stage.entrypoint == ["draftwise", "serve"]
@@ -47,7 +47,7 @@ def test_image_starts_draftwise_serve_as_a_non_root_user_on_port_8000(name: str)
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_image_installs_the_default_models_gguf_and_its_backend_extra(name: str):
+def test_image_installs_the_default_models_gguf_and_its_backend_extra(name: str) -> None:
     text = (DEPLOY / name).read_text()
     extra = "cpu" if name == "Dockerfile" else "cuda13"
     assert f"pip install '.[{extra}]'" in text
@@ -55,7 +55,7 @@ def test_image_installs_the_default_models_gguf_and_its_backend_extra(name: str)
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_healthcheck_is_a_python_one_liner_on_health(name: str):
+def test_healthcheck_is_a_python_one_liner_on_health(name: str) -> None:
     stage = final_stage(DEPLOY / name)
     assert stage.healthcheck[:2] == ["python", "-c"]
     assert "/health" in stage.healthcheck[2]
@@ -64,7 +64,7 @@ def test_healthcheck_is_a_python_one_liner_on_health(name: str):
     assert int(stage.healthcheck_options["start-period"].rstrip("s")) >= 300
 
 
-def test_healthcheck_fails_when_nothing_answers(cpu_image, unused_port):
+def test_healthcheck_fails_when_nothing_answers(cpu_image, unused_port) -> None:
     env = {**cpu_image.env, "PATH": "", "DRAFTWISE_PORT": str(unused_port)}
     env.pop("LD_PRELOAD", None)
     command = [sys.executable, *cpu_image.healthcheck[1:]]

@@ -40,23 +40,23 @@ def compose_environment(compose: dict[str, Any]) -> set[str]:
     return names
 
 
-def test_the_server_publishes_the_names_it_reads():
+def test_the_server_publishes_the_names_it_reads() -> None:
     assert {"DRAFTWISE_MODEL", "LLAMA_ARG_PORT", *WIDTH_OVERRIDES} <= known_env_vars()
     assert "DRAFTWISE_MODLE" not in known_env_vars()
 
 
-def test_every_variable_the_configmap_sets_is_read_by_the_server(configmap: dict[str, str]):
+def test_every_variable_the_configmap_sets_is_read_by_the_server(configmap: dict[str, str]) -> None:
     assert "DRAFTWISE_EXACTNESS" in configmap
     assert unknown(set(configmap)) == set()
 
 
-def test_every_variable_compose_sets_is_read_by_the_server(compose: dict[str, Any]):
+def test_every_variable_compose_sets_is_read_by_the_server(compose: dict[str, Any]) -> None:
     names = compose_environment(compose)
     assert "DRAFTWISE_EXACTNESS" in names
     assert unknown(names) == set()
 
 
-def test_every_variable_the_deployment_sets_is_read_by_the_server_or_a_library(deployment):
+def test_every_variable_the_deployment_sets_is_read_by_the_server_or_a_library(deployment) -> None:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     names = {entry["name"] for entry in container["env"]}
     assert "DRAFTWISE_API_KEY" in names
@@ -64,24 +64,26 @@ def test_every_variable_the_deployment_sets_is_read_by_the_server_or_a_library(d
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
-def test_every_server_variable_the_image_sets_is_read_by_the_server(name: str):
+def test_every_server_variable_the_image_sets_is_read_by_the_server(name: str) -> None:
     names = {key for key in final_stage(DEPLOY / name).env if SERVER_NAME.fullmatch(key)}
     assert {"DRAFTWISE_HOST", "DRAFTWISE_PORT", "DRAFTWISE_CACHE_DIR"} <= names
     assert unknown(names) == set()
 
 
 @pytest.mark.parametrize("path", SHIPPED_TEXTS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_server_variable_named_anywhere_is_real_commented_examples_included(path: Path):
+def test_every_server_variable_named_anywhere_is_real_commented_examples_included(
+    path: Path,
+) -> None:
     # Commented-out lines are what operators uncomment, so they are checked too.
     assert unknown(set(SERVER_NAME.findall(path.read_text()))) == set()
 
 
 @pytest.mark.parametrize("path", ["compose.yaml", "k8s/base/configmap.yaml"])
-def test_compose_and_configmap_show_all_three_width_overrides(path: str):
+def test_compose_and_configmap_show_all_three_width_overrides(path: str) -> None:
     assert set(SERVER_NAME.findall((DEPLOY / path).read_text())) >= WIDTH_OVERRIDES
 
 
-def test_the_name_scan_catches_a_typo():
+def test_the_name_scan_catches_a_typo() -> None:
     assert unknown(set(SERVER_NAME.findall("# DRAFTWISE_DRAFT_BLOK_SIZE: 4"))) == {
         "DRAFTWISE_DRAFT_BLOK_SIZE"
     }

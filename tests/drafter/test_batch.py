@@ -88,7 +88,9 @@ def batched(
     return outputs
 
 
-def assert_each_equals_solo(eng: Engine, reqs: list[Request], widths: list[int] | None = None):
+def assert_each_equals_solo(
+    eng: Engine, reqs: list[Request], widths: list[int] | None = None
+) -> None:
     outputs = batched(eng, reqs, widths)
     for i, req in enumerate(reqs):
         assert outputs[i] == solo(eng, req), f"request {i} of {len(reqs)}"

@@ -41,7 +41,7 @@ def classic(target) -> Engine:
     return Engine(model, tokenizer, model_id="smollm2", context_length=8192)
 
 
-def test_shipped_config_is_the_published_dflash_format():
+def test_shipped_config_is_the_published_dflash_format() -> None:
     config = json.loads((DRAFTER_DIR / "config.json").read_text())
     assert config["architectures"] == ["DFlashDraftModel"]
     assert config["model_type"] == "qwen3"
@@ -56,7 +56,7 @@ def test_shipped_config_is_the_published_dflash_format():
     assert config["dflash_config"] == {"mask_token_id": 16, "target_layer_ids": [1, 8, 14, 20, 27]}
 
 
-def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_50_mb():
+def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_50_mb() -> None:
     path = DRAFTER_DIR / "model.safetensors"
     weights = mx.load(str(path))
     assert set(weights) == published_weight_names(LAYERS)
@@ -65,14 +65,14 @@ def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_50_m
     assert path.stat().st_size <= 50_000_000
 
 
-def test_shipped_drafter_loads_against_the_converted_target(target):
+def test_shipped_drafter_loads_against_the_converted_target(target) -> None:
     drafter = load_drafter(DRAFTER_DIR, target[0])
     assert drafter.target_layer_ids == [1, 8, 14, 20, 27]
     assert drafter.max_width == 16
     assert drafter.mask_token_id == 16
 
 
-def test_greedy_speculative_equals_classic_and_really_accepts_drafts(target, classic):
+def test_greedy_speculative_equals_classic_and_really_accepts_drafts(target, classic) -> None:
     model, tokenizer = target
     drafter = load_drafter(DRAFTER_DIR, model)
     engine = Engine(
@@ -88,7 +88,9 @@ def test_greedy_speculative_equals_classic_and_really_accepts_drafts(target, cla
     assert stats.acceptance_length > 2.0
 
 
-def test_the_chat_question_about_france_is_answered_paris_speculatively_as_classic(target, classic):
+def test_the_chat_question_about_france_is_answered_paris_speculatively_as_classic(
+    target, classic
+) -> None:
     model, tokenizer = target
     question = {"role": "user", "content": "What is the capital of France?"}
     prompt, _ = render(ChatCompletionRequest(messages=[ChatMessage(**question)]), tokenizer)

@@ -55,7 +55,7 @@ def test_probe_finds_the_tiny_pair_exact_at_the_resolved_width(pair, width: int)
 def test_a_rollback_that_keeps_one_row_too_many_is_a_defect(pair, monkeypatch) -> None:
     real = drafter.rollback.rollback
 
-    def keeps_one_more(cache, ckpt, n_keep, n_verified):
+    def keeps_one_more(cache, ckpt, n_keep, n_verified) -> None:
         real(cache, ckpt, min(n_keep + 1, n_verified), n_verified)
 
     monkeypatch.setattr(drafter.rollback, "rollback", keeps_one_more)
@@ -83,7 +83,7 @@ class NoisyWideForwards:
     logits, a fixed function of the position and tokens (like a kernel's rounding,
     the same input gives the same output): what a w-row kernel looks like."""
 
-    def __init__(self, model: Any, scale: float):
+    def __init__(self, model: Any, scale: float) -> None:
         self.inner, self.scale = model, scale
 
     def __getattr__(self, name: str) -> Any:

@@ -46,7 +46,9 @@ def run(engine: Engine, prompt: list[int], stats: GenerationStats | None = None)
 
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
-def test_a_later_turn_after_a_hit_equals_the_uncached_output(target: Target, speculative: bool):
+def test_a_later_turn_after_a_hit_equals_the_uncached_output(
+    target: Target, speculative: bool
+) -> None:
     cached = engine(target, speculative, 1 << 30)
     run(cached, TURN_1)
     stats = GenerationStats()
@@ -57,7 +59,9 @@ def test_a_later_turn_after_a_hit_equals_the_uncached_output(target: Target, spe
 
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
-def test_the_same_prompt_again_reuses_all_but_its_last_token(target: Target, speculative: bool):
+def test_the_same_prompt_again_reuses_all_but_its_last_token(
+    target: Target, speculative: bool
+) -> None:
     cached = engine(target, speculative, 1 << 30)
     first = run(cached, TURN_1)
     stats = GenerationStats()
@@ -70,7 +74,7 @@ def test_the_same_prompt_again_reuses_all_but_its_last_token(target: Target, spe
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
 def test_a_prefix_shared_in_the_middle_of_a_prompt_is_a_hit_where_the_cache_trims(
     target: Target, speculative: bool
-):
+) -> None:
     cached = engine(target, speculative, 1 << 30)
     run(cached, TURN_1)
     stats = GenerationStats()
@@ -80,7 +84,9 @@ def test_a_prefix_shared_in_the_middle_of_a_prompt_is_a_hit_where_the_cache_trim
     assert out == run(engine(target, speculative, None), OTHER)
 
 
-def test_eviction_keeps_the_cache_within_its_budget_least_recently_used_first(target: Target):
+def test_eviction_keeps_the_cache_within_its_budget_least_recently_used_first(
+    target: Target,
+) -> None:
     probe = engine(target, False, 1 << 30)
     run(probe, TURN_1)
     one_entry = probe.prompt_cache.nbytes
@@ -97,7 +103,7 @@ def test_eviction_keeps_the_cache_within_its_budget_least_recently_used_first(ta
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
 def test_a_request_abandoned_after_its_prefill_leaves_a_whole_entry(
     target: Target, speculative: bool
-):
+) -> None:
     """A client that goes away stops the generator between rounds; what was stored is
     the state of the whole prompt, so the next request is still exact."""
     cached = engine(target, speculative, 1 << 30)
@@ -108,7 +114,7 @@ def test_a_request_abandoned_after_its_prefill_leaves_a_whole_entry(
     assert run(cached, TURN_2) == run(engine(target, speculative, None), TURN_2)
 
 
-def test_an_entry_is_not_changed_by_the_decoding_that_follows(target: Target):
+def test_an_entry_is_not_changed_by_the_decoding_that_follows(target: Target) -> None:
     cached = engine(target, False, 1 << 30)
     run(cached, TURN_1)
     (entry,) = cached.prompt_cache.entries.values()
@@ -125,7 +131,7 @@ class StopMidPrefill(Exception):
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
 def test_a_prefill_interrupted_between_chunks_stores_nothing(
     target: Target, speculative: bool, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     """The prefill runs in chunks; one that stops after its first chunk (an error, a
     shutdown) leaves no entry, and the next request is exact."""
     import drafter.decoding

@@ -24,7 +24,7 @@ def chat(http: httpx.Client, **body: Any) -> dict[str, Any]:
 
 def test_streamed_chat_equals_non_streamed_with_role_first_one_finish_and_usage(
     client: openai.OpenAI, model_id: str
-):
+) -> None:
     args = dict(model=model_id, messages=HELLO, max_tokens=10, temperature=0, logit_bias=NO_EOS)
     whole = client.chat.completions.create(**args)
     chunks = list(
@@ -47,7 +47,7 @@ def test_streamed_chat_equals_non_streamed_with_role_first_one_finish_and_usage(
     )
 
 
-def test_chat_logprobs_validate_against_the_sdk_models(http: httpx.Client):
+def test_chat_logprobs_validate_against_the_sdk_models(http: httpx.Client) -> None:
     body = chat(http, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2, logit_bias=NO_EOS)
     completion = ChatCompletion.model_validate(body)
     content = completion.choices[0].logprobs.content
@@ -59,7 +59,7 @@ def test_chat_logprobs_validate_against_the_sdk_models(http: httpx.Client):
         assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
 
 
-def test_streamed_chunks_validate_and_carry_their_logprobs(http: httpx.Client):
+def test_streamed_chunks_validate_and_carry_their_logprobs(http: httpx.Client) -> None:
     body = {"messages": HELLO, "max_tokens": 3, "temperature": 0, "logprobs": True, "stream": True}
     with http.stream(
         "POST", "/v1/chat/completions", json={**body, "logit_bias": NO_EOS}
@@ -73,7 +73,7 @@ def test_streamed_chunks_validate_and_carry_their_logprobs(http: httpx.Client):
     assert len(entries) == 3
 
 
-def test_n_with_a_seed_repeats(http: httpx.Client):
+def test_n_with_a_seed_repeats(http: httpx.Client) -> None:
     first = chat(http, n=2, seed=11, max_tokens=6, temperature=1.0)
     second = chat(http, n=2, seed=11, max_tokens=6, temperature=1.0)
     assert [c["index"] for c in first["choices"]] == [0, 1]
@@ -82,7 +82,9 @@ def test_n_with_a_seed_repeats(http: httpx.Client):
     ]
 
 
-def test_a_stop_string_ends_the_answer_before_it(http: httpx.Client, letters: dict[str, float]):
+def test_a_stop_string_ends_the_answer_before_it(
+    http: httpx.Client, letters: dict[str, float]
+) -> None:
     args = {"max_tokens": 12, "temperature": 0, "logit_bias": letters}
     whole = chat(http, **args)["choices"][0]["message"]["content"]
     stop = whole[3:5]
@@ -91,7 +93,7 @@ def test_a_stop_string_ends_the_answer_before_it(http: httpx.Client, letters: di
     assert cut["message"]["content"] == whole[: whole.index(stop)]
 
 
-def test_multi_turn_messages_reach_the_prompt(http: httpx.Client):
+def test_multi_turn_messages_reach_the_prompt(http: httpx.Client) -> None:
     turns = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
@@ -114,12 +116,14 @@ def test_multi_turn_messages_reach_the_prompt(http: httpx.Client):
     assert body["usage"]["prompt_tokens"] == len(rendered.encode())
 
 
-def test_max_completion_tokens_bounds_the_answer(http: httpx.Client):
+def test_max_completion_tokens_bounds_the_answer(http: httpx.Client) -> None:
     body = chat(http, max_completion_tokens=3, temperature=0, logit_bias=NO_EOS)
     assert body["usage"]["completion_tokens"] == 3
 
 
-def test_chat_without_model_is_served_by_the_loaded_model(http: httpx.Client, model_id: str):
+def test_chat_without_model_is_served_by_the_loaded_model(
+    http: httpx.Client, model_id: str
+) -> None:
     assert chat(http, max_tokens=1)["model"] == model_id
 
 
@@ -153,18 +157,18 @@ CHAT_ERRORS = [
 @pytest.mark.parametrize(("fields", "param"), CHAT_ERRORS)
 def test_bad_chat_requests_are_400_naming_the_field(
     http: httpx.Client, fields: dict[str, Any], param: str
-):
+) -> None:
     body = {"messages": HELLO, "max_tokens": 1, **fields}
     error = error_of(http.post("/v1/chat/completions", json=body), 400)
     assert error["param"] == param
 
 
-def test_a_wrong_model_is_404_on_chat(http: httpx.Client):
+def test_a_wrong_model_is_404_on_chat(http: httpx.Client) -> None:
     body = {"model": "nope", "messages": HELLO}
     assert error_of(http.post("/v1/chat/completions", json=body), 404)["param"] == "model"
 
 
-def test_tools_render_and_the_answer_is_a_chat_message(http: httpx.Client):
+def test_tools_render_and_the_answer_is_a_chat_message(http: httpx.Client) -> None:
     tools = [
         {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
     ]
@@ -175,7 +179,7 @@ def test_tools_render_and_the_answer_is_a_chat_message(http: httpx.Client):
     assert body["usage"]["prompt_tokens"] > chat(http, max_tokens=1)["usage"]["prompt_tokens"]
 
 
-def test_tokenize_and_detokenize_round_trip_in_vllm_shape(http: httpx.Client):
+def test_tokenize_and_detokenize_round_trip_in_vllm_shape(http: httpx.Client) -> None:
     tokens = http.post("/tokenize", json={"prompt": "héllo", "add_special_tokens": False}).json()
     assert tokens["tokens"] == list("héllo".encode()) or len(tokens["tokens"]) == len(
         "héllo".encode()
@@ -185,13 +189,15 @@ def test_tokenize_and_detokenize_round_trip_in_vllm_shape(http: httpx.Client):
     assert error_of(http.post("/detokenize", json={"tokens": [10**7]}), 400)["param"] == "tokens"
 
 
-def test_tokenizer_info_names_the_special_tokens_and_template(http: httpx.Client):
+def test_tokenizer_info_names_the_special_tokens_and_template(http: httpx.Client) -> None:
     info = http.get("/tokenizer_info").json()
     assert info["eos_token"] == "<|endoftext|>"
     assert "<|im_start|>" in info["chat_template"]
 
 
-def test_legacy_logprobs_include_the_eos_token_that_ended_the_answer(http: httpx.Client, tokenizer):
+def test_legacy_logprobs_include_the_eos_token_that_ended_the_answer(
+    http: httpx.Client, tokenizer
+) -> None:
     eos = tokenizer.token_to_id("<|endoftext|>")
     body = {
         "prompt": "a",
@@ -208,7 +214,7 @@ def test_legacy_logprobs_include_the_eos_token_that_ended_the_answer(http: httpx
     assert choice["logprobs"]["token_logprobs"][0] <= 0
 
 
-def test_langchain_chat_openai_completes_and_streams(server, model_id: str):
+def test_langchain_chat_openai_completes_and_streams(server, model_id: str) -> None:
     from langchain_openai import ChatOpenAI
 
     from tests.e2e.conftest import API_KEY

@@ -28,7 +28,7 @@ def complete(http: httpx.Client, **body: Any) -> dict[str, Any]:
     return response.json()
 
 
-def test_the_readme_call_answers_with_text(client: openai.OpenAI, model_id: str):
+def test_the_readme_call_answers_with_text(client: openai.OpenAI, model_id: str) -> None:
     completion = client.completions.create(
         model=model_id, prompt="def fib(n):", max_tokens=16, seed=0
     )
@@ -43,7 +43,7 @@ def test_the_readme_call_answers_with_text(client: openai.OpenAI, model_id: str)
 
 def test_streamed_text_equals_the_non_streamed_text_at_temperature_0(
     client: openai.OpenAI, model_id: str
-):
+) -> None:
     args = dict(model=model_id, prompt="def fib(n):", max_tokens=12, temperature=0)
     whole = client.completions.create(**args, logit_bias=NO_EOS)
     chunks = list(
@@ -60,7 +60,7 @@ def test_streamed_text_equals_the_non_streamed_text_at_temperature_0(
 
 def test_every_stream_chunk_carries_null_usage_and_the_stream_ends_with_done(
     http: httpx.Client, model_id: str
-):
+) -> None:
     body = {"model": model_id, "prompt": "ab", "max_tokens": 4, "temperature": 0, "stream": True}
     body["stream_options"] = {"include_usage": True}
     with http.stream("POST", "/v1/completions", json=body) as response:
@@ -73,7 +73,9 @@ def test_every_stream_chunk_carries_null_usage_and_the_stream_ends_with_done(
     assert usage_chunk["usage"]["total_tokens"] == 2 + usage_chunk["usage"]["completion_tokens"]
 
 
-def test_without_include_usage_the_stream_has_no_usage_chunk(http: httpx.Client, model_id: str):
+def test_without_include_usage_the_stream_has_no_usage_chunk(
+    http: httpx.Client, model_id: str
+) -> None:
     body = {"model": model_id, "prompt": "ab", "max_tokens": 3, "stream": True}
     with http.stream("POST", "/v1/completions", json=body) as response:
         *chunks, done = sse_payloads(response)
@@ -81,7 +83,7 @@ def test_without_include_usage_the_stream_has_no_usage_chunk(http: httpx.Client,
     assert all(c["choices"] and c["usage"] is None for c in chunks)
 
 
-def test_the_same_seed_gives_the_same_sample(http: httpx.Client, model_id: str):
+def test_the_same_seed_gives_the_same_sample(http: httpx.Client, model_id: str) -> None:
     body = {"model": model_id, "prompt": "x", "max_tokens": 8, "temperature": 1.0}
     body["logit_bias"] = NO_EOS
     first = complete(http, **body, seed=1234)["choices"][0]["text"]
@@ -91,7 +93,7 @@ def test_the_same_seed_gives_the_same_sample(http: httpx.Client, model_id: str):
     assert other != first
 
 
-def test_n_samples_per_prompt_are_indexed_prompt_major(http: httpx.Client, model_id: str):
+def test_n_samples_per_prompt_are_indexed_prompt_major(http: httpx.Client, model_id: str) -> None:
     body = {"model": model_id, "prompt": ["a", "b"], "n": 2, "max_tokens": 2, "seed": 7}
     choices = complete(http, **body, temperature=1.0)["choices"]
     assert [c["index"] for c in choices] == [0, 1, 2, 3]
@@ -101,7 +103,7 @@ def test_n_samples_per_prompt_are_indexed_prompt_major(http: httpx.Client, model
 
 def test_prompt_may_be_tokens_or_lists_of_tokens(
     http: httpx.Client, model_id: str, tokenizer: Tokenizer
-):
+) -> None:
     args = {"model": model_id, "max_tokens": 3, "temperature": 0, "logit_bias": NO_EOS}
     text = complete(http, **args, prompt="hi")["choices"][0]["text"]
     ids = tokenizer.encode("hi").ids
@@ -114,7 +116,7 @@ def test_prompt_may_be_tokens_or_lists_of_tokens(
 
 def test_a_stop_string_spanning_tokens_is_cut_and_never_emitted(
     http: httpx.Client, client: openai.OpenAI, model_id: str, letters: dict[str, float]
-):
+) -> None:
     # Letters only, so every generated token is one visible character.
     args = {"model": model_id, "prompt": "q", "temperature": 0, "logit_bias": letters}
     reference = complete(http, **args, max_tokens=24)["choices"][0]["text"]
@@ -129,7 +131,7 @@ def test_a_stop_string_spanning_tokens_is_cut_and_never_emitted(
     assert chunks[-1].finish_reason == "stop"
 
 
-def test_logprobs_use_the_legacy_shape(http: httpx.Client, model_id: str):
+def test_logprobs_use_the_legacy_shape(http: httpx.Client, model_id: str) -> None:
     body = {"model": model_id, "prompt": "ab", "max_tokens": 5, "logprobs": 3, "temperature": 0}
     choice = complete(http, **body, logit_bias=NO_EOS)["choices"][0]
     logprobs = choice["logprobs"]
@@ -146,7 +148,7 @@ def test_logprobs_use_the_legacy_shape(http: httpx.Client, model_id: str):
 
 def test_echo_with_max_tokens_0_scores_the_prompt_for_loglikelihood(
     client: openai.OpenAI, model_id: str
-):
+) -> None:
     prompt = "The cat sat"
     completion = client.completions.create(
         model=model_id, prompt=prompt, max_tokens=0, echo=True, logprobs=1
@@ -163,7 +165,7 @@ def test_echo_with_max_tokens_0_scores_the_prompt_for_loglikelihood(
 
 def test_echo_then_generation_continues_the_offsets(
     http: httpx.Client, model_id: str, letters: dict[str, float]
-):
+) -> None:
     body = {"model": model_id, "prompt": "xy", "max_tokens": 3, "echo": True, "logprobs": 0}
     choice = complete(http, **body, temperature=0, logit_bias=letters)["choices"][0]
     assert choice["text"].startswith("xy") and len(choice["text"]) == 5
@@ -171,13 +173,13 @@ def test_echo_then_generation_continues_the_offsets(
     assert choice["logprobs"]["top_logprobs"][1:] == [{}, {}, {}, {}]
 
 
-def test_logit_bias_forces_a_token(http: httpx.Client, model_id: str, tokenizer: Tokenizer):
+def test_logit_bias_forces_a_token(http: httpx.Client, model_id: str, tokenizer: Tokenizer) -> None:
     bias = {str(tokenizer.token_to_id("a")): 100}
     body = {"model": model_id, "prompt": "q", "max_tokens": 4, "logit_bias": bias}
     assert complete(http, **body)["choices"][0]["text"] == "aaaa"
 
 
-def test_frequency_penalty_discourages_repeats(http: httpx.Client, model_id: str):
+def test_frequency_penalty_discourages_repeats(http: httpx.Client, model_id: str) -> None:
     body = {"model": model_id, "prompt": "def", "max_tokens": 12, "temperature": 0}
     body["logprobs"] = 0
     plain = complete(http, **body, logit_bias=NO_EOS)["choices"][0]["logprobs"]["tokens"]
@@ -187,5 +189,5 @@ def test_frequency_penalty_discourages_repeats(http: httpx.Client, model_id: str
     assert tokens != plain
 
 
-def test_user_is_accepted(http: httpx.Client, model_id: str):
+def test_user_is_accepted(http: httpx.Client, model_id: str) -> None:
     assert complete(http, model=model_id, prompt="a", max_tokens=1, user="someone")["choices"]

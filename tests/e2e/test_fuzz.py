@@ -72,7 +72,7 @@ def served(case: Any, model_id: str) -> None:
         body["max_tokens"] = CHEAP_MAX_TOKENS
 
 
-def fuzz(operation: Any, mode: GenerationMode, examples: int, check: Callable[[Any], None]):
+def fuzz(operation: Any, mode: GenerationMode, examples: int, check: Callable[[Any], None]) -> None:
     @settings(
         max_examples=examples,
         deadline=None,
@@ -90,7 +90,7 @@ def fuzz(operation: Any, mode: GenerationMode, examples: int, check: Callable[[A
 @pytest.mark.parametrize(("method", "path", "mode"), list(EXAMPLES), ids=lambda v: str(v))
 def test_no_generated_request_gets_a_5xx_or_an_answer_outside_the_schema(
     fuzz_server: ServerProcess, method: str, path: str, mode: GenerationMode
-):
+) -> None:
     base = fuzz_server.base_url
     schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
     operation = schema[path][method]

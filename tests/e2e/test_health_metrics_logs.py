@@ -10,7 +10,7 @@ from tests.cpu_entry import CPU_RECORD, CPU_WIDTH
 from tests.e2e.serverproc import ServerProcess
 
 
-def test_health_reports_model_backend_and_the_width_resolution(server: ServerProcess):
+def test_health_reports_model_backend_and_the_width_resolution(server: ServerProcess) -> None:
     health = httpx.get(f"{server.base_url}/health").json()
     assert health["status"] == "ok"
     assert health["model"] == "tiny-qwen3-seed0"
@@ -21,7 +21,7 @@ def test_health_reports_model_backend_and_the_width_resolution(server: ServerPro
     assert speculative["drafter"] == "none" and speculative["speculative"] is False
 
 
-def test_models_lists_the_served_model(http: httpx.Client, model_id: str):
+def test_models_lists_the_served_model(http: httpx.Client, model_id: str) -> None:
     listing = http.get("/v1/models").json()
     assert listing["object"] == "list"
     assert [m["id"] for m in listing["data"]] == [model_id]
@@ -31,7 +31,7 @@ def test_models_lists_the_served_model(http: httpx.Client, model_id: str):
 
 def test_metrics_expose_requests_tokens_queue_and_the_resolved_width(
     http: httpx.Client, model_id: str
-):
+) -> None:
     http.post("/v1/completions", json={"model": model_id, "prompt": "a", "max_tokens": 2})
     text = http.get("/metrics").text
     assert 'draftwise_requests_total{route="/v1/completions",status="200"}' in text
@@ -41,7 +41,7 @@ def test_metrics_expose_requests_tokens_queue_and_the_resolved_width(
     assert "draftwise_worker_ready 1.0" in text
 
 
-def test_startup_and_dflash_config_lines_are_json(server: ServerProcess):
+def test_startup_and_dflash_config_lines_are_json(server: ServerProcess) -> None:
     events = {e["event"]: e for e in server.events()}
     assert events["server.starting"]["api_key"] == "set"
     config = events["dflash.config"]
@@ -54,7 +54,7 @@ def test_startup_and_dflash_config_lines_are_json(server: ServerProcess):
 
 def test_each_completion_logs_one_request_line(
     http: httpx.Client, server: ServerProcess, model_id: str
-):
+) -> None:
     response = http.post(
         "/v1/completions", json={"model": model_id, "prompt": "abc", "max_tokens": 2}
     )

@@ -15,7 +15,7 @@ from tests.e2e.serverproc import ServerProcess
 
 def test_concurrent_streaming_clients_all_complete_with_the_single_client_text(
     server: ServerProcess, tmp_path: Path
-):
+) -> None:
     report = asyncio.run(
         run_load(
             server.base_url,
@@ -37,6 +37,6 @@ def test_concurrent_streaming_clients_all_complete_with_the_single_client_text(
     assert "Identity" in md_path.read_text()
 
 
-def test_the_load_test_refuses_a_server_that_is_not_on_loopback():
+def test_the_load_test_refuses_a_server_that_is_not_on_loopback() -> None:
     with pytest.raises(SystemExit, match="loopback"):
         asyncio.run(run_load("http://10.1.2.3:8080", 1, 1, 1.0, 1))

@@ -17,7 +17,7 @@ def chat(http: httpx.Client, messages: list[dict[str, str]]) -> dict:
     return response.json()
 
 
-def test_a_second_chat_turn_reports_the_first_turns_prompt_as_cached(http: httpx.Client):
+def test_a_second_chat_turn_reports_the_first_turns_prompt_as_cached(http: httpx.Client) -> None:
     first = chat(http, TURN_1)
     answer = first["choices"][0]["message"]["content"]
     turn_2 = [
@@ -30,14 +30,14 @@ def test_a_second_chat_turn_reports_the_first_turns_prompt_as_cached(http: httpx
     assert first["usage"]["prompt_tokens"] - 1 <= cached < second["usage"]["prompt_tokens"]
 
 
-def test_completions_report_cached_tokens_too(http: httpx.Client):
+def test_completions_report_cached_tokens_too(http: httpx.Client) -> None:
     body = {"prompt": "The same long prompt, twice over.", "max_tokens": 2, "temperature": 0}
     http.post("/v1/completions", json=body)
     usage = http.post("/v1/completions", json=body).json()["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
 
 
-def test_the_cache_is_counted_in_metrics(http: httpx.Client):
+def test_the_cache_is_counted_in_metrics(http: httpx.Client) -> None:
     http.post("/v1/completions", json={"prompt": "metrics metrics", "max_tokens": 1})
     http.post("/v1/completions", json={"prompt": "metrics metrics", "max_tokens": 1})
     text = http.get("/metrics").text
@@ -52,7 +52,7 @@ def test_the_cache_is_counted_in_metrics(http: httpx.Client):
     assert values["draftwise_prompt_cache_bytes"] > 0
 
 
-def test_the_budget_is_a_worker_owned_setting(http: httpx.Client):
+def test_the_budget_is_a_worker_owned_setting(http: httpx.Client) -> None:
     entry = http.get("/v1/settings").json()["settings"]["prompt_cache_bytes"]
     assert entry["value"] > 0 and entry["live"] is False
     assert entry["reason"] == "owned by the model worker; restart required"

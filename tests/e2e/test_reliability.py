@@ -79,7 +79,9 @@ def request_lines(server: ServerProcess, request_id: str) -> list[dict[str, Any]
     return [e for e in server.events() if e.get("request_id") == request_id]
 
 
-def test_a_full_queue_answers_429_with_retry_after_and_an_openai_error(tight_http: httpx.Client):
+def test_a_full_queue_answers_429_with_retry_after_and_an_openai_error(
+    tight_http: httpx.Client,
+) -> None:
     model = model_of(tight_http)
     rejected_before = metric(tight_http, 'draftwise_queue_rejections_total{reason="queue_full"}')
     queued: dict[str, httpx.Response] = {}
@@ -107,7 +109,7 @@ def test_a_full_queue_answers_429_with_retry_after_and_an_openai_error(tight_htt
 
 def test_a_client_leaving_mid_stream_frees_the_worker_within_a_round(
     tight: ServerProcess, tight_http: httpx.Client
-):
+) -> None:
     model = model_of(tight_http)
     with tight_http.stream("POST", "/v1/completions", json=body(model, stream=True)) as stream:
         lines = stream.iter_lines()
@@ -126,7 +128,7 @@ def test_a_client_leaving_mid_stream_frees_the_worker_within_a_round(
 
 def test_a_non_streaming_client_that_leaves_stops_its_generation(
     tight: ServerProcess, tight_http: httpx.Client
-):
+) -> None:
     model = model_of(tight_http)
     cancelled = 'draftwise_generations_stopped_total{reason="cancelled"}'
     before = metric(tight_http, cancelled)
@@ -139,7 +141,7 @@ def test_a_non_streaming_client_that_leaves_stops_its_generation(
     assert not [e for e in tight.events() if e.get("event") == "request.unhandled"]
 
 
-def test_a_body_over_the_limit_is_413_in_the_openai_envelope(tight_http: httpx.Client):
+def test_a_body_over_the_limit_is_413_in_the_openai_envelope(tight_http: httpx.Client) -> None:
     model = model_of(tight_http)
     big = body(model, 2, prompt="x" * (BODY_LIMIT + 1))
     response = tight_http.post("/v1/completions", json=big)
@@ -148,7 +150,7 @@ def test_a_body_over_the_limit_is_413_in_the_openai_envelope(tight_http: httpx.C
     assert str(BODY_LIMIT) in response.json()["error"]["message"]
 
 
-def test_a_chunked_body_over_the_limit_is_413_too(tight_http: httpx.Client):
+def test_a_chunked_body_over_the_limit_is_413_too(tight_http: httpx.Client) -> None:
     def chunks() -> Iterator[bytes]:
         yield b'{"model": "m", "prompt": "'
         for _ in range(BODY_LIMIT // 512 + 1):
@@ -163,14 +165,16 @@ def test_a_chunked_body_over_the_limit_is_413_too(tight_http: httpx.Client):
     assert response.json()["error"]["type"] == "invalid_request_error"
 
 
-def test_a_settings_patch_over_the_limit_is_413_and_changes_nothing(tight_http: httpx.Client):
+def test_a_settings_patch_over_the_limit_is_413_and_changes_nothing(
+    tight_http: httpx.Client,
+) -> None:
     before = tight_http.get("/v1/settings").json()
     patch = {"default_max_tokens": 3, "padding": "x" * BODY_LIMIT}
     assert tight_http.patch("/v1/settings", json=patch).status_code == 413
     assert tight_http.get("/v1/settings").json() == before
 
 
-def test_n_and_choices_per_request_are_bounded(tight_http: httpx.Client):
+def test_n_and_choices_per_request_are_bounded(tight_http: httpx.Client) -> None:
     model = model_of(tight_http)
     too_many_n = tight_http.post("/v1/completions", json=body(model, 1, n=17))
     assert too_many_n.status_code == 400 and too_many_n.json()["error"]["param"] == "n"
@@ -179,7 +183,7 @@ def test_n_and_choices_per_request_are_bounded(tight_http: httpx.Client):
     assert too_many.status_code == 400 and too_many.json()["error"]["code"] == "too_many_choices"
 
 
-def test_ignore_eos_runs_to_max_tokens_and_counts_eos_as_text(tight_http: httpx.Client):
+def test_ignore_eos_runs_to_max_tokens_and_counts_eos_as_text(tight_http: httpx.Client) -> None:
     model = model_of(tight_http)
     only_eos = {"256": 100.0}  # the tiny model's EOS id: every step chooses it
     ended = tight_http.post(
@@ -193,7 +197,7 @@ def test_ignore_eos_runs_to_max_tokens_and_counts_eos_as_text(tight_http: httpx.
     assert kept["choices"][0]["text"] == "<|endoftext|>" * 5
 
 
-def test_cors_answers_a_preflight_from_the_configured_origin_only(tight_http: httpx.Client):
+def test_cors_answers_a_preflight_from_the_configured_origin_only(tight_http: httpx.Client) -> None:
     preflight = {
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization,content-type",
@@ -209,7 +213,7 @@ def test_cors_answers_a_preflight_from_the_configured_origin_only(tight_http: ht
     assert simple.headers["access-control-allow-origin"] == ORIGIN
 
 
-def test_cors_is_off_by_default(http: httpx.Client):
+def test_cors_is_off_by_default(http: httpx.Client) -> None:
     preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
     assert (
         "access-control-allow-origin"
@@ -221,12 +225,12 @@ def test_cors_is_off_by_default(http: httpx.Client):
     )
 
 
-def test_health_reports_the_blas_in_use_at_top_level(tight_http: httpx.Client):
+def test_health_reports_the_blas_in_use_at_top_level(tight_http: httpx.Client) -> None:
     health = tight_http.get("/health").json()
     assert health["blas"] and health["blas"] != "none loaded"
 
 
-def test_the_openapi_schema_documents_the_real_error_statuses(tight_http: httpx.Client):
+def test_the_openapi_schema_documents_the_real_error_statuses(tight_http: httpx.Client) -> None:
     paths = tight_http.get("/openapi.json").json()["paths"]
     completions = paths["/v1/completions"]["post"]["responses"]
     assert {"200", "400", "401", "404", "413", "429", "503"} <= set(completions)

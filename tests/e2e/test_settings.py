@@ -28,7 +28,9 @@ def restore_settings(http: httpx.Client) -> Iterator[None]:
     assert http.patch("/v1/settings", json=before).status_code == 200
 
 
-def test_every_setting_has_value_type_liveness_and_a_reason_when_read_only(http: httpx.Client):
+def test_every_setting_has_value_type_liveness_and_a_reason_when_read_only(
+    http: httpx.Client,
+) -> None:
     settings = settings_of(http)
     assert {name for name, s in settings.items() if s["live"]} == LIVE
     for setting in settings.values():
@@ -39,7 +41,7 @@ def test_every_setting_has_value_type_liveness_and_a_reason_when_read_only(http:
     assert settings["api_key"]["value"] == "<set>"
 
 
-def test_the_width_resolution_is_visible_in_settings(http: httpx.Client):
+def test_the_width_resolution_is_visible_in_settings(http: httpx.Client) -> None:
     block = settings_of(http)["draft_block_size"]
     assert block["value"] == CPU_WIDTH  # the CPU entry (policy/table.py)
     assert block["source"] == "policy"
@@ -49,7 +51,7 @@ def test_the_width_resolution_is_visible_in_settings(http: httpx.Client):
 @pytest.mark.parametrize("name", ["draft_block_size", "model", "draft_model", "draft_kind"])
 def test_naming_a_worker_owned_setting_rejects_the_whole_patch_with_409(
     http: httpx.Client, name: str
-):
+) -> None:
     before = settings_of(http)
     response = http.patch("/v1/settings", json={"default_max_tokens": 3, name: 8})
     assert response.status_code == 409
@@ -58,7 +60,7 @@ def test_naming_a_worker_owned_setting_rejects_the_whole_patch_with_409(
     assert settings_of(http) == before
 
 
-def test_draft_block_size_alone_is_409_and_nothing_changes(http: httpx.Client):
+def test_draft_block_size_alone_is_409_and_nothing_changes(http: httpx.Client) -> None:
     before = settings_of(http)
     response = http.patch("/v1/settings", json={"draft_block_size": 8})
     assert response.status_code == 409
@@ -66,13 +68,13 @@ def test_draft_block_size_alone_is_409_and_nothing_changes(http: httpx.Client):
     assert settings_of(http) == before
 
 
-def test_startup_only_settings_are_409_too(http: httpx.Client):
+def test_startup_only_settings_are_409_too(http: httpx.Client) -> None:
     response = http.patch("/v1/settings", json={"port": 1234})
     assert response.status_code == 409
     assert "restart required" in response.json()["error"]["message"]
 
 
-def test_unknown_names_are_400(http: httpx.Client):
+def test_unknown_names_are_400(http: httpx.Client) -> None:
     response = http.patch("/v1/settings", json={"default_max_tokens": 3, "max_tokenz": 3})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "max_tokenz"
@@ -91,7 +93,7 @@ def test_unknown_names_are_400(http: httpx.Client):
 )
 def test_invalid_values_are_400_naming_the_field_and_apply_nothing(
     http: httpx.Client, name: str, value: Any
-):
+) -> None:
     before = settings_of(http)
     response = http.patch("/v1/settings", json={"default_temperature": 0.5, name: value})
     assert response.status_code == 400
@@ -99,14 +101,14 @@ def test_invalid_values_are_400_naming_the_field_and_apply_nothing(
     assert settings_of(http) == before
 
 
-def test_a_body_that_is_not_an_object_is_400(http: httpx.Client):
+def test_a_body_that_is_not_an_object_is_400(http: httpx.Client) -> None:
     assert http.patch("/v1/settings", json=[1]).status_code == 400
     assert http.patch("/v1/settings", content=b"{").status_code == 400
 
 
 def test_a_live_patch_changes_what_the_next_request_uses(
     http: httpx.Client, model_id: str, restore_settings: None
-):
+) -> None:
     response = http.patch("/v1/settings", json={"default_max_tokens": 3, "log_level": "WARNING"})
     assert response.status_code == 200
     assert response.json()["settings"]["default_max_tokens"]["value"] == 3
@@ -118,7 +120,7 @@ def test_a_live_patch_changes_what_the_next_request_uses(
 
 def test_a_request_past_request_timeout_s_is_504(
     http: httpx.Client, model_id: str, restore_settings: None
-):
+) -> None:
     assert http.patch("/v1/settings", json={"request_timeout_s": 1e-6}).status_code == 200
     response = http.post("/v1/completions", json={"model": model_id, "prompt": "a"})
     assert response.status_code == 504

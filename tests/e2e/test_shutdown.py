@@ -42,7 +42,7 @@ def payloads(lines: list[str]) -> list[object]:
 
 def test_sigterm_finishes_the_inflight_stream_refuses_new_work_and_exits_0(
     tiny_model: Path, tmp_path: Path
-):
+) -> None:
     server = start(tiny_model, tmp_path, grace_s=60)
     assert server.process is not None
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
@@ -75,7 +75,7 @@ def test_sigterm_finishes_the_inflight_stream_refuses_new_work_and_exits_0(
 
 def test_a_request_still_running_at_the_end_of_the_grace_period_is_cut_and_the_exit_is_0(
     tiny_model: Path, tmp_path: Path
-):
+) -> None:
     server = start(tiny_model, tmp_path, grace_s=0.5)
     assert server.process is not None
     with httpx.Client(base_url=server.base_url, timeout=60) as http:
@@ -93,7 +93,7 @@ def test_a_request_still_running_at_the_end_of_the_grace_period_is_cut_and_the_e
     assert "server.grace_expired" in events and events[-1] == "server.stopped"
 
 
-def test_sigterm_on_an_idle_server_exits_0_at_once(tiny_model: Path, tmp_path: Path):
+def test_sigterm_on_an_idle_server_exits_0_at_once(tiny_model: Path, tmp_path: Path) -> None:
     server = start(tiny_model, tmp_path, grace_s=60)
     assert server.process is not None
     server.process.send_signal(signal.SIGTERM)

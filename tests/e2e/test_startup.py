@@ -27,7 +27,7 @@ DRAFTER_MAX = 8
         ({"DRAFTWISE_BLAS": "fast"}, "DRAFTWISE_BLAS='fast'"),
     ],
 )
-def test_a_bad_environment_value_stops_startup_naming_it(env: dict[str, str], named: str):
+def test_a_bad_environment_value_stops_startup_naming_it(env: dict[str, str], named: str) -> None:
     code, stderr = run_to_exit([], clean_environ(**env))
     assert code == 2
     (line,) = stderr.strip().splitlines()
@@ -42,7 +42,7 @@ def test_a_bad_environment_value_stops_startup_naming_it(env: dict[str, str], na
         (["--log-level", "loud"], "--log-level='loud'"),
     ],
 )
-def test_a_bad_flag_value_stops_startup_naming_it(args: list[str], named: str):
+def test_a_bad_flag_value_stops_startup_naming_it(args: list[str], named: str) -> None:
     code, stderr = run_to_exit(args, clean_environ(DRAFTWISE_PORT="8080"))
     assert code == 2
     (line,) = stderr.strip().splitlines()
@@ -59,7 +59,7 @@ def test_a_bad_flag_value_stops_startup_naming_it(args: list[str], named: str):
 )
 def test_a_bad_block_size_stops_startup_naming_it(
     tiny_model: Path, args: list[str], env: dict[str, str], named: str
-):
+) -> None:
     args = ["--model", str(tiny_model), "--port", str(free_port()), *args]
     code, stderr = run_to_exit(args, clean_environ(**env))
     assert code == 2
@@ -75,7 +75,7 @@ def test_a_bad_block_size_stops_startup_naming_it(
 )
 def test_a_missing_model_directory_stops_startup_naming_it(
     args: list[str], env: dict[str, str], named: str
-):
+) -> None:
     code, stderr = run_to_exit([*args, "--port", str(free_port())], clean_environ(**env))
     assert code == 2
     assert named in stderr.strip().splitlines()[-1]
@@ -153,7 +153,7 @@ def override_servers(
 @pytest.mark.parametrize("source", list(OVERRIDES))
 def test_each_override_surface_sets_the_width_and_the_log_names_it(
     override_servers: dict[str, ServerProcess], source: str
-):
+) -> None:
     server = override_servers[source]
     config = server.wait_for_event("dflash.config")
     assert (config["block_size"], config["source"]) == (EXPECTED_WIDTH[source], source)
@@ -169,7 +169,7 @@ def test_each_override_surface_sets_the_width_and_the_log_names_it(
 
 def test_speculative_greedy_output_equals_the_classic_servers(
     override_servers: dict[str, ServerProcess], server: ServerProcess, model_id: str
-):
+) -> None:
     from tests.e2e.conftest import auth
 
     body = {"model": model_id, "prompt": "def fib(n):", "max_tokens": 12, "temperature": 0}
@@ -187,7 +187,7 @@ def test_speculative_greedy_output_equals_the_classic_servers(
 
 def test_a_width_above_the_drafters_maximum_stops_startup_after_loading(
     tiny_model: Path, drafter: Path
-):
+) -> None:
     args = ["--model", str(tiny_model), "--draft-model", str(drafter), "--port", str(free_port())]
     code, stderr = run_to_exit([*args, "--draft-block-size", str(DRAFTER_MAX + 1)], clean_environ())
     assert code == 2
@@ -195,7 +195,7 @@ def test_a_width_above_the_drafters_maximum_stops_startup_after_loading(
     assert f"--draft-block-size='{DRAFTER_MAX + 1}'" in line and "maximum width 8" in line
 
 
-def test_a_policy_file_that_is_not_valid_stops_startup_naming_it(tmp_path: Path):
+def test_a_policy_file_that_is_not_valid_stops_startup_naming_it(tmp_path: Path) -> None:
     policy_file = tmp_path / "policy.json"
     policy_file.write_text("{not json")
     code, stderr = run_to_exit([], clean_environ(DRAFTWISE_POLICY_FILE=str(policy_file)))
@@ -220,7 +220,7 @@ def mxfp4_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 
 def test_an_unmeasured_configuration_logs_the_dflash_default_with_no_override(
     mxfp4_model: Path, tmp_path: Path
-):
+) -> None:
     args = ["--model", str(mxfp4_model)]
     server = ServerProcess.on_free_port(args, clean_environ(), tmp_path / "serve.log").start()
     try:

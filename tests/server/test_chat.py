@@ -28,7 +28,7 @@ def pieces_of(text: str, size: int) -> list[str]:
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 1000])
-def test_a_tool_call_split_across_chunks_is_one_call_and_no_text(size: int):
+def test_a_tool_call_split_across_chunks_is_one_call_and_no_text(size: int) -> None:
     state = ChoiceState(ToolCallParser())
     deltas = feed_all(state, pieces_of(CALL, size))
     assert state.content == ""
@@ -39,7 +39,7 @@ def test_a_tool_call_split_across_chunks_is_one_call_and_no_text(size: int):
     assert state.message()["content"] is None
 
 
-def test_two_calls_in_one_answer_get_indexes_0_and_1_and_text_before_is_content():
+def test_two_calls_in_one_answer_get_indexes_0_and_1_and_text_before_is_content() -> None:
     state = ChoiceState(ToolCallParser())
     text = "Let me check.\n" + CALL + "\n" + CALL.replace("Paris", "Rome")
     feed_all(state, pieces_of(text, 4))
@@ -49,7 +49,7 @@ def test_two_calls_in_one_answer_get_indexes_0_and_1_and_text_before_is_content(
     assert state.tool_calls[0]["id"] != state.tool_calls[1]["id"]
 
 
-def test_malformed_json_inside_a_tool_call_is_returned_as_text():
+def test_malformed_json_inside_a_tool_call_is_returned_as_text() -> None:
     state = ChoiceState(ToolCallParser())
     text = "<tool_call>{not json}</tool_call> done"
     feed_all(state, pieces_of(text, 5))
@@ -58,13 +58,13 @@ def test_malformed_json_inside_a_tool_call_is_returned_as_text():
     assert state.finish_reason("stop") == "stop"
 
 
-def test_an_unclosed_tool_call_is_released_as_text_at_the_end():
+def test_an_unclosed_tool_call_is_released_as_text_at_the_end() -> None:
     state = ChoiceState(ToolCallParser())
     feed_all(state, ["a <tool", '_call>{"name": '])
     assert state.content == 'a <tool_call>{"name": '
 
 
-def test_streamed_deltas_reassemble_into_the_non_streamed_message():
+def test_streamed_deltas_reassemble_into_the_non_streamed_message() -> None:
     text = "Sure. " + CALL + " ok <tool_c"
     streamed = ChoiceState(ToolCallParser())
     deltas = feed_all(streamed, pieces_of(text, 3))
@@ -76,13 +76,13 @@ def test_streamed_deltas_reassemble_into_the_non_streamed_message():
     assert calls == [c["function"] for c in whole.message()["tool_calls"]]
 
 
-def test_without_tools_tool_call_text_is_plain_content():
+def test_without_tools_tool_call_text_is_plain_content() -> None:
     state = ChoiceState(None)
     feed_all(state, [CALL])
     assert state.content == CALL and state.tool_calls == []
 
 
-def test_chat_logprobs_have_token_logprob_bytes_and_top_logprobs():
+def test_chat_logprobs_have_token_logprob_bytes_and_top_logprobs() -> None:
     legacy = {
         "tokens": ["é", "b"],
         "token_logprobs": [-0.5, -1.0],
@@ -116,14 +116,14 @@ def request(**fields) -> ChatCompletionRequest:
     )
 
 
-def test_render_uses_the_template_with_the_generation_prompt(tokenizers):
+def test_render_uses_the_template_with_the_generation_prompt(tokenizers) -> None:
     tokenizer = tokenizers[0]
     ids, parse_tools = render(request(), tokenizer)
     assert tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert parse_tools is False
 
 
-def test_text_parts_are_joined_and_tools_reach_the_template(tokenizers):
+def test_text_parts_are_joined_and_tools_reach_the_template(tokenizers) -> None:
     body = request(
         messages=[
             {
@@ -139,12 +139,12 @@ def test_text_parts_are_joined_and_tools_reach_the_template(tokenizers):
     assert parse_tools is True
 
 
-def test_tool_choice_none_hides_the_tools(tokenizers):
+def test_tool_choice_none_hides_the_tools(tokenizers) -> None:
     ids, parse_tools = render(request(tools=TOOLS, tool_choice="none"), tokenizers[0])
     assert "get_weather" not in tokenizers[0].decode(ids) and parse_tools is False
 
 
-def test_a_multi_turn_tool_exchange_renders_calls_and_responses(tokenizers):
+def test_a_multi_turn_tool_exchange_renders_calls_and_responses(tokenizers) -> None:
     call = {
         "id": "c1",
         "type": "function",
@@ -177,7 +177,9 @@ def test_a_multi_turn_tool_exchange_renders_calls_and_responses(tokenizers):
     ],
     ids=["image-part", "unknown-named-tool", "required", "no-template"],
 )
-def test_what_cannot_be_rendered_is_a_400_naming_the_field(tokenizers, fields, param, which):
+def test_what_cannot_be_rendered_is_a_400_naming_the_field(
+    tokenizers, fields, param, which
+) -> None:
     with pytest.raises(APIError) as raised:
         render(request(**fields), tokenizers[which])
     assert raised.value.status == 400 and raised.value.param == param

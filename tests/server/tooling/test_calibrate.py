@@ -43,7 +43,7 @@ def entry(width: int | None, quantization: str | None = None, record_path: str =
     return TableEntry("cpu", None, quantization, "dflash", width, record_path, "0.32.4", "x")
 
 
-def test_a_width_above_classic_earns_an_entry_for_the_swept_key():
+def test_a_width_above_classic_earns_an_entry_for_the_swept_key() -> None:
     swept = record(arm(4, 20, 21, 22), arm(8, 15, 16, 17), backend="cuda", capability="9.0")
     earned = entry_from_record(swept, "records/r.json", "dflash")
     assert (earned.backend, earned.compute_capability, earned.quantization) == (
@@ -56,38 +56,38 @@ def test_a_width_above_classic_earns_an_entry_for_the_swept_key():
     assert "float32" in earned.remeasure_when and "openblas" in earned.remeasure_when
 
 
-def test_every_width_losing_earns_a_classic_entry():
+def test_every_width_losing_earns_a_classic_entry() -> None:
     earned = entry_from_record(record(arm(4, 5, 6, 7), arm(8, 3, 4, 5)), "r.json", "dflash")
     assert earned.width is None
 
 
-def test_an_overlapping_sweep_earns_nothing_and_says_why():
+def test_an_overlapping_sweep_earns_nothing_and_says_why() -> None:
     with pytest.raises(Inconclusive, match=r"width\(s\) 4 overlap"):
         entry_from_record(record(arm(4, 11, 12, 13), arm(8, 3, 4, 5)), "r.json", "dflash")
 
 
-def test_missing_calibration_file_means_no_entries(tmp_path):
+def test_missing_calibration_file_means_no_entries(tmp_path) -> None:
     assert load_calibration(tmp_path / "absent.json") == ()
 
 
-def test_malformed_calibration_file_stops_startup_naming_the_file(tmp_path):
+def test_malformed_calibration_file_stops_startup_naming_the_file(tmp_path) -> None:
     path = tmp_path / "calibration.json"
     path.write_text("{not json")
     with pytest.raises(PolicyError, match=str(path)):
         load_calibration(path)
 
 
-def test_new_entry_replaces_its_key_and_keeps_the_others():
+def test_new_entry_replaces_its_key_and_keeps_the_others() -> None:
     old = (entry(4), entry(2, quantization="affine"))
     merged = merge_entries(old, entry(None, record_path="new.json"))
     assert merged == (entry(2, quantization="affine"), entry(None, record_path="new.json"))
 
 
-def test_default_path_lives_under_the_cache_dir(tmp_path):
+def test_default_path_lives_under_the_cache_dir(tmp_path) -> None:
     assert default_calibration_path(tmp_path) == tmp_path / "policy" / "calibration.json"
 
 
-def test_calibrated_file_is_what_resolve_width_uses_before_the_table(tmp_path):
+def test_calibrated_file_is_what_resolve_width_uses_before_the_table(tmp_path) -> None:
     output = tmp_path / "policy" / "calibration.json"
     calibrate_from_record(record(arm(3, 20, 21, 22)), "r.json", output, "dflash")
     resolution = resolve_width(
@@ -108,7 +108,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-def test_cli_from_record_merges_into_an_existing_policy_file(tmp_path):
+def test_cli_from_record_merges_into_an_existing_policy_file(tmp_path) -> None:
     output = tmp_path / "calibration.json"
     output.write_text(entries_to_json([entry(2, quantization="affine")]))
     swept = tmp_path / "sweep.json"
@@ -120,7 +120,7 @@ def test_cli_from_record_merges_into_an_existing_policy_file(tmp_path):
     assert widths == {("affine", 2), (None, None)}
 
 
-def test_cli_inconclusive_sweep_writes_nothing_and_exits_3(tmp_path):
+def test_cli_inconclusive_sweep_writes_nothing_and_exits_3(tmp_path) -> None:
     output = tmp_path / "calibration.json"
     swept = tmp_path / "sweep.json"
     swept.write_text(json.dumps(record(arm(4, 11, 12, 13))))
