@@ -101,7 +101,7 @@ def wait_until_healthy(server: Server) -> None:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache for both starts, like a pod's cache on a PersistentVolumeClaim: the first
     start converts the default pair into it, the restart after the width edit reuses it."""
     return tmp_path_factory.mktemp("cache")
@@ -139,7 +139,7 @@ def pod(configmap_edit: dict[str, str], cache_dir: Path) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module", params=[{}, WIDTH_EDIT], ids=["configmap", "configmap+width"])
-def server(request, cache_dir: Path) -> Iterator[Server]:
+def server(request: pytest.FixtureRequest, cache_dir: Path) -> Iterator[Server]:
     with pod(request.param, cache_dir) as running:
         yield running
 
@@ -184,7 +184,7 @@ def test_metrics_export_the_queue_depth_the_cuda_autoscaler_reads(server: Server
 
 
 def test_sigterm_lets_an_inflight_request_finish_and_exits_within_the_grace_period(
-    cache_dir,
+    cache_dir: Path,
 ) -> None:
     deployment = by_kind(load_documents(K8S_BASE / "deployment.yaml"), "Deployment")
     grace_s = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.deploy.deployfiles import DEPLOY, DOCKERFILES, final_stage, tool
+from tests.deploy.deployfiles import DEPLOY, DOCKERFILES, Stage, final_stage, tool
 
 
 def hadolint(*paths: str) -> subprocess.CompletedProcess[str]:
@@ -26,7 +27,7 @@ def test_dockerfile_passes_hadolint(name: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_hadolint_fails_a_dockerfile_with_a_finding(tmp_path) -> None:
+def test_hadolint_fails_a_dockerfile_with_a_finding(tmp_path: Path) -> None:
     bad = tmp_path / "Dockerfile"
     bad.write_text("FROM debian:bookworm-slim\nRUN cd /tmp && echo hi\n")
     result = hadolint(str(bad))
@@ -64,7 +65,7 @@ def test_healthcheck_is_a_python_one_liner_on_health(name: str) -> None:
     assert int(stage.healthcheck_options["start-period"].rstrip("s")) >= 300
 
 
-def test_healthcheck_fails_when_nothing_answers(cpu_image, unused_port) -> None:
+def test_healthcheck_fails_when_nothing_answers(cpu_image: Stage, unused_port: int) -> None:
     env = {**cpu_image.env, "PATH": "", "DRAFTWISE_PORT": str(unused_port)}
     env.pop("LD_PRELOAD", None)
     command = [sys.executable, *cpu_image.healthcheck[1:]]

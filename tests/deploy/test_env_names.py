@@ -56,7 +56,9 @@ def test_every_variable_compose_sets_is_read_by_the_server(compose: dict[str, An
     assert unknown(names) == set()
 
 
-def test_every_variable_the_deployment_sets_is_read_by_the_server_or_a_library(deployment) -> None:
+def test_every_variable_the_deployment_sets_is_read_by_the_server_or_a_library(
+    deployment: dict[str, Any],
+) -> None:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     names = {entry["name"] for entry in container["env"]}
     assert "DRAFTWISE_API_KEY" in names

@@ -11,6 +11,7 @@ import pytest
 
 from tests.deploy.deployfiles import (
     OVERLAYS,
+    Stage,
     base_manifests,
     by_kind,
     load_documents,
@@ -139,7 +140,7 @@ def test_disruption_budget_and_service_select_the_deployments_pods() -> None:
     assert service_selector.items() <= labels.items()
 
 
-def test_pods_run_as_the_images_non_root_user(deployment: dict[str, Any], cpu_image) -> None:
+def test_pods_run_as_the_images_non_root_user(deployment: dict[str, Any], cpu_image: Stage) -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import mlx.core as mx
 import pytest
@@ -98,7 +99,7 @@ def unrouted() -> Iterator[None]:
 
 
 def test_vector_routing_is_installed_once_and_leaves_other_caches_alone(
-    tmp_path, unrouted: None
+    tmp_path: Path, unrouted: None
 ) -> None:
     import mlx_lm.models.qwen3 as qwen3
 
@@ -117,7 +118,7 @@ def test_vector_routing_is_installed_once_and_leaves_other_caches_alone(
 @pytest.mark.parametrize("attention", ["stable", "vector"])
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5"])
 def test_verify_logits_match_exact_keys(
-    tmp_path, kind: str, attention: str, unrouted: None
+    tmp_path: Path, kind: str, attention: str, unrouted: None
 ) -> None:
     model, _ = load(str(write_tiny_model(tmp_path / kind, kind, seed=1)))
     if attention == "vector":

@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 import pytest
 from mlx_lm import load
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from drafter.checkpoints.smollm2 import ensure_smollm2
 from drafter.decoding import GenerationStats
@@ -31,12 +33,12 @@ HELD_OUT_PROMPT = (
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory):
+def target(tmp_path_factory: pytest.TempPathFactory) -> tuple[nn.Module, TokenizerWrapper]:
     return load(str(ensure_smollm2(tmp_path_factory.mktemp("draftwise-cache"))))
 
 
 @pytest.fixture(scope="module")
-def classic(target) -> Engine:
+def classic(target: tuple[nn.Module, TokenizerWrapper]) -> Engine:
     model, tokenizer = target
     return Engine(model, tokenizer, model_id="smollm2", context_length=8192)
 
@@ -65,14 +67,18 @@ def test_shipped_weights_have_exactly_the_published_names_in_bfloat16_under_50_m
     assert path.stat().st_size <= 50_000_000
 
 
-def test_shipped_drafter_loads_against_the_converted_target(target) -> None:
+def test_shipped_drafter_loads_against_the_converted_target(
+    target: tuple[nn.Module, TokenizerWrapper],
+) -> None:
     drafter = load_drafter(DRAFTER_DIR, target[0])
     assert drafter.target_layer_ids == [1, 8, 14, 20, 27]
     assert drafter.max_width == 16
     assert drafter.mask_token_id == 16
 
 
-def test_greedy_speculative_equals_classic_and_really_accepts_drafts(target, classic) -> None:
+def test_greedy_speculative_equals_classic_and_really_accepts_drafts(
+    target: tuple[nn.Module, TokenizerWrapper], classic: Engine
+) -> None:
     model, tokenizer = target
     drafter = load_drafter(DRAFTER_DIR, model)
     engine = Engine(
@@ -89,7 +95,7 @@ def test_greedy_speculative_equals_classic_and_really_accepts_drafts(target, cla
 
 
 def test_the_chat_question_about_france_is_answered_paris_speculatively_as_classic(
-    target, classic
+    target: tuple[nn.Module, TokenizerWrapper], classic: Engine
 ) -> None:
     model, tokenizer = target
     question = {"role": "user", "content": "What is the capital of France?"}

@@ -4,6 +4,7 @@ multimodal checkpoints nest them."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from drafter.files import config_value, read_config, text_config, write_dir_atomically
 
 
-def write_config(value: int):
+def write_config(value: int) -> Callable[[Path], None]:
     def fill(staging: Path) -> None:
         (staging / "config.json").write_text(json.dumps({"value": value}))
 

@@ -44,7 +44,9 @@ def engine(pair: tuple[Any, Any, Any], width: int | None) -> Engine:
 
 
 @pytest.mark.parametrize("width", [3, 16])
-def test_probe_finds_the_tiny_pair_exact_at_the_resolved_width(pair, width: int) -> None:
+def test_probe_finds_the_tiny_pair_exact_at_the_resolved_width(
+    pair: tuple[Any, Any, Any], width: int
+) -> None:
     result = probe_exactness(engine(pair, width), tokens=12)
     assert result.tokens == 12 * len(PROBE_PROMPTS)  # every probe prompt, code and prose
     assert result.divergences == ()
@@ -52,10 +54,12 @@ def test_probe_finds_the_tiny_pair_exact_at_the_resolved_width(pair, width: int)
     assert 0.0 <= result.kernel_noise < 1e-3  # float32 on CPU: one-row and w-row agree closely
 
 
-def test_a_rollback_that_keeps_one_row_too_many_is_a_defect(pair, monkeypatch) -> None:
+def test_a_rollback_that_keeps_one_row_too_many_is_a_defect(
+    pair: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     real = drafter.rollback.rollback
 
-    def keeps_one_more(cache, ckpt, n_keep, n_verified) -> None:
+    def keeps_one_more(cache: list[Any], ckpt: Any, n_keep: int, n_verified: int) -> None:
         real(cache, ckpt, min(n_keep + 1, n_verified), n_verified)
 
     monkeypatch.setattr(drafter.rollback, "rollback", keeps_one_more)
@@ -64,12 +68,14 @@ def test_a_rollback_that_keeps_one_row_too_many_is_a_defect(pair, monkeypatch) -
     assert result.defects and all(d.margin > result.tolerance for d in result.defects)
 
 
-def test_a_choice_read_from_the_wrong_verify_row_is_a_defect(pair, monkeypatch) -> None:
+def test_a_choice_read_from_the_wrong_verify_row_is_a_defect(
+    pair: tuple[Any, Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from drafter.speculative import Session
 
     real = Session.row_logprobs
 
-    def shifted(self, logits, drafts):
+    def shifted(self: Session, logits: mx.array, drafts: mx.array) -> mx.array:
         rows = real(self, logits, drafts)
         return mx.concatenate([rows[1:], rows[-1:]])  # row i answers for row i + 1
 
@@ -99,7 +105,9 @@ class NoisyWideForwards:
         return logits + self.scale * noise
 
 
-def test_divergences_at_ties_within_the_kernel_noise_are_rounding(pair) -> None:
+def test_divergences_at_ties_within_the_kernel_noise_are_rounding(
+    pair: tuple[Any, Any, Any],
+) -> None:
     model, tokenizer, drafter_ = pair
     noisy = Engine(
         NoisyWideForwards(model, scale=0.5),
@@ -116,7 +124,7 @@ def test_divergences_at_ties_within_the_kernel_noise_are_rounding(pair) -> None:
     assert all(d.margin <= result.tolerance for d in result.divergences)
 
 
-def test_probe_compares_the_full_count_even_past_eos(pair) -> None:
+def test_probe_compares_the_full_count_even_past_eos(pair: tuple[Any, Any, Any]) -> None:
     _, tokenizer, _ = pair
     steps = engine(pair, None).classic_generate([1, 2, 3], 1, SamplingParams())
     first = [t.id for step in steps for t in step]
@@ -129,7 +137,7 @@ def test_probe_compares_the_full_count_even_past_eos(pair) -> None:
         tokenizer.eos_token_ids = saved
 
 
-def test_probe_refuses_an_engine_without_a_drafter(pair) -> None:
+def test_probe_refuses_an_engine_without_a_drafter(pair: tuple[Any, Any, Any]) -> None:
     with pytest.raises(ValueError, match="needs an engine with a drafter"):
         probe_exactness(engine(pair, None))
 

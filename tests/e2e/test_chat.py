@@ -9,7 +9,9 @@ import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from tokenizers import Tokenizer
 
+from tests.e2e.serverproc import ServerProcess
 from tests.e2e.test_completions import NO_EOS, sse_payloads
 from tests.e2e.test_errors import error_of
 
@@ -196,7 +198,7 @@ def test_tokenizer_info_names_the_special_tokens_and_template(http: httpx.Client
 
 
 def test_legacy_logprobs_include_the_eos_token_that_ended_the_answer(
-    http: httpx.Client, tokenizer
+    http: httpx.Client, tokenizer: Tokenizer
 ) -> None:
     eos = tokenizer.token_to_id("<|endoftext|>")
     body = {
@@ -214,7 +216,7 @@ def test_legacy_logprobs_include_the_eos_token_that_ended_the_answer(
     assert choice["logprobs"]["token_logprobs"][0] <= 0
 
 
-def test_langchain_chat_openai_completes_and_streams(server, model_id: str) -> None:
+def test_langchain_chat_openai_completes_and_streams(server: ServerProcess, model_id: str) -> None:
     from langchain_openai import ChatOpenAI
 
     from tests.e2e.conftest import API_KEY

@@ -112,7 +112,9 @@ def evaluate(
     )
 
 
-def engine_loglikelihood(engine: Engine, http: httpx.Client, context: str, continuation: str):
+def engine_loglikelihood(
+    engine: Engine, http: httpx.Client, context: str, continuation: str
+) -> float:
     """The engine's score of the tokens lm-eval sends for (context, continuation): its
     rule (trailing spaces move to the continuation, the whole text is encoded and split
     at the context's length), through the server's own /tokenize."""

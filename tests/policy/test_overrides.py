@@ -12,6 +12,7 @@ from policy import (
     Device,
     Override,
     PolicyError,
+    Resolution,
     overrides_from,
     resolve_width,
 )
@@ -38,7 +39,7 @@ def set_surfaces(values: dict[str, str]) -> list[Override]:
     return overrides_from(values.get("flag"), environ)
 
 
-def resolve(overrides: list[Override], max_width: int | None = 16):
+def resolve(overrides: list[Override], max_width: int | None = 16) -> Resolution:
     return resolve_width(
         overrides=overrides,
         drafter_kind="dflash",

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlx_lm import load
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from drafter.checkpoints.tiny import write_tiny_model
 from server.chat import ChoiceState, ToolCallParser, chat_logprobs, render
@@ -103,27 +105,33 @@ def test_chat_logprobs_have_token_logprob_bytes_and_top_logprobs() -> None:
 
 
 @pytest.fixture(scope="module")
-def tokenizers(tmp_path_factory: pytest.TempPathFactory):
+def tokenizers(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[TokenizerWrapper, TokenizerWrapper]:
     root = tmp_path_factory.mktemp("chat")
     with_template = load(str(write_tiny_model(Path(root) / "with")))[1]
     without = load(str(write_tiny_model(Path(root) / "without", chat_template=None)))[1]
     return with_template, without
 
 
-def request(**fields) -> ChatCompletionRequest:
+def request(**fields: Any) -> ChatCompletionRequest:
     return ChatCompletionRequest.model_validate(
         {"messages": [{"role": "user", "content": "hi"}], **fields}
     )
 
 
-def test_render_uses_the_template_with_the_generation_prompt(tokenizers) -> None:
+def test_render_uses_the_template_with_the_generation_prompt(
+    tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
+) -> None:
     tokenizer = tokenizers[0]
     ids, parse_tools = render(request(), tokenizer)
     assert tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert parse_tools is False
 
 
-def test_text_parts_are_joined_and_tools_reach_the_template(tokenizers) -> None:
+def test_text_parts_are_joined_and_tools_reach_the_template(
+    tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
+) -> None:
     body = request(
         messages=[
             {
@@ -139,12 +147,16 @@ def test_text_parts_are_joined_and_tools_reach_the_template(tokenizers) -> None:
     assert parse_tools is True
 
 
-def test_tool_choice_none_hides_the_tools(tokenizers) -> None:
+def test_tool_choice_none_hides_the_tools(
+    tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
+) -> None:
     ids, parse_tools = render(request(tools=TOOLS, tool_choice="none"), tokenizers[0])
     assert "get_weather" not in tokenizers[0].decode(ids) and parse_tools is False
 
 
-def test_a_multi_turn_tool_exchange_renders_calls_and_responses(tokenizers) -> None:
+def test_a_multi_turn_tool_exchange_renders_calls_and_responses(
+    tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
+) -> None:
     call = {
         "id": "c1",
         "type": "function",
@@ -178,7 +190,10 @@ def test_a_multi_turn_tool_exchange_renders_calls_and_responses(tokenizers) -> N
     ids=["image-part", "unknown-named-tool", "required", "no-template"],
 )
 def test_what_cannot_be_rendered_is_a_400_naming_the_field(
-    tokenizers, fields, param, which
+    tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
+    fields: dict[str, Any],
+    param: str,
+    which: int,
 ) -> None:
     with pytest.raises(APIError) as raised:
         render(request(**fields), tokenizers[which])

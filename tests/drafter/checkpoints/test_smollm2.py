@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 from mlx_lm import load, stream_generate
+from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import _get_classes
 
 from drafter.checkpoints.gguf_import import convert_gguf
@@ -44,11 +45,13 @@ def model_dir(cache_root: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def loaded(model_dir: Path):
+def loaded(model_dir: Path) -> tuple[nn.Module, TokenizerWrapper]:
     return load(str(model_dir))
 
 
-def test_converted_directory_is_a_tied_llama_that_mlx_lm_load_accepts(model_dir, loaded) -> None:
+def test_converted_directory_is_a_tied_llama_that_mlx_lm_load_accepts(
+    model_dir: Path, loaded: tuple[nn.Module, TokenizerWrapper]
+) -> None:
     model, tokenizer = loaded
     config = json.loads((model_dir / "config.json").read_text())
     assert config["model_type"] == "llama"
@@ -66,7 +69,9 @@ def test_converted_directory_is_a_tied_llama_that_mlx_lm_load_accepts(model_dir,
     assert tokenizer.eos_token_ids == {IM_END_ID}
 
 
-def test_greedy_continuation_of_the_capital_of_france_mentions_paris(loaded) -> None:
+def test_greedy_continuation_of_the_capital_of_france_mentions_paris(
+    loaded: tuple[nn.Module, TokenizerWrapper],
+) -> None:
     assert "Paris" in sanity_check(*loaded)
 
 
@@ -79,12 +84,16 @@ def test_greedy_continuation_of_the_capital_of_france_mentions_paris(loaded) -> 
         " leading and trailing spaces \n\n\t",
     ],
 )
-def test_tokenizer_round_trips_code_unicode_and_whitespace(loaded, text) -> None:
+def test_tokenizer_round_trips_code_unicode_and_whitespace(
+    loaded: tuple[nn.Module, TokenizerWrapper], text: str
+) -> None:
     tokenizer = loaded[1]
     assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
 
-def test_tokenizer_splits_digits_and_keeps_chat_markers_whole(loaded) -> None:
+def test_tokenizer_splits_digits_and_keeps_chat_markers_whole(
+    loaded: tuple[nn.Module, TokenizerWrapper],
+) -> None:
     tokenizer = loaded[1]
     digits = tokenizer.encode("2024", add_special_tokens=False)
     assert [tokenizer.decode([i]) for i in digits] == ["2", "0", "2", "4"]
@@ -94,7 +103,9 @@ def test_tokenizer_splits_digits_and_keeps_chat_markers_whole(loaded) -> None:
     assert tokenizer.encode("Hello world", add_special_tokens=False) == [19556, 905]
 
 
-def test_chat_template_is_present_and_classic_greedy_stops_at_im_end(loaded) -> None:
+def test_chat_template_is_present_and_classic_greedy_stops_at_im_end(
+    loaded: tuple[nn.Module, TokenizerWrapper],
+) -> None:
     model, tokenizer = loaded
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
@@ -105,7 +116,9 @@ def test_chat_template_is_present_and_classic_greedy_stops_at_im_end(loaded) -> 
     assert "Paris" in "".join(r.text for r in responses)
 
 
-def test_second_call_reuses_the_cached_directory_without_rewriting(cache_root, model_dir) -> None:
+def test_second_call_reuses_the_cached_directory_without_rewriting(
+    cache_root: Path, model_dir: Path
+) -> None:
     before = {p.name: p.stat().st_mtime_ns for p in model_dir.iterdir()}
     start = time.perf_counter()
     again = ensure_smollm2(cache_root)
@@ -116,7 +129,7 @@ def test_second_call_reuses_the_cached_directory_without_rewriting(cache_root, m
     assert not [p.name for p in cache_root.iterdir() if p.name.startswith(".")]
 
 
-def test_sha256_mismatch_names_the_file_and_both_hashes(tmp_path) -> None:
+def test_sha256_mismatch_names_the_file_and_both_hashes(tmp_path: Path) -> None:
     fake = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     fake.write_bytes(b"not the model")
     with pytest.raises(GGUFIntegrityError) as err:
@@ -139,7 +152,7 @@ def test_missing_package_says_exactly_how_to_install_it() -> None:
 
 
 @pytest.mark.parametrize("n_head", [9, 3])
-def test_unpermute_exactly_inverts_llama_cpp_qk_permutation(n_head) -> None:
+def test_unpermute_exactly_inverts_llama_cpp_qk_permutation(n_head: int) -> None:
     weight = np.random.default_rng(0).standard_normal((n_head * 64, 576)).astype(np.float32)
     assert not np.array_equal(permute_qk(weight, n_head), weight)
     np.testing.assert_array_equal(unpermute_qk(permute_qk(weight, n_head), n_head), weight)
@@ -147,7 +160,7 @@ def test_unpermute_exactly_inverts_llama_cpp_qk_permutation(n_head) -> None:
 
 
 def test_unpermuted_qk_with_split_rope_equals_gguf_layout_with_adjacent_pair_rope(
-    model_dir, loaded
+    model_dir: Path, loaded: tuple[nn.Module, TokenizerWrapper]
 ) -> None:
     # llama.cpp's row order plus adjacent-pair (traditional) RoPE must compute the same
     # function as the un-permuted rows plus mlx-lm's split-half RoPE.
@@ -168,7 +181,7 @@ def test_unpermuted_qk_with_split_rope_equals_gguf_layout_with_adjacent_pair_rop
     np.testing.assert_allclose(np.array(gguf_layout(tokens)), np.array(expected), atol=1e-3)
 
 
-def test_failed_conversion_leaves_neither_model_nor_temp_directory(tmp_path) -> None:
+def test_failed_conversion_leaves_neither_model_nor_temp_directory(tmp_path: Path) -> None:
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"GGUF" + b"\0" * 64)
     out = tmp_path / "cache" / "model"
@@ -177,7 +190,7 @@ def test_failed_conversion_leaves_neither_model_nor_temp_directory(tmp_path) -> 
     assert list((tmp_path / "cache").iterdir()) == []
 
 
-def test_4bit_option_maps_q4_1_blocks_to_g32_and_keeps_the_8bit_embedding(cache_root) -> None:
+def test_4bit_option_maps_q4_1_blocks_to_g32_and_keeps_the_8bit_embedding(cache_root: Path) -> None:
     path = ensure_smollm2(cache_root, dtype="bfloat16", quantize_bits=4)
     config = json.loads((path / "config.json").read_text())
     assert config["quantization"] == {
@@ -198,7 +211,7 @@ def test_4bit_option_maps_q4_1_blocks_to_g32_and_keeps_the_8bit_embedding(cache_
     assert "Paris" in sanity_check(model, tokenizer)
 
 
-def test_unknown_dtype_or_bit_width_is_rejected_before_any_work(tmp_path) -> None:
+def test_unknown_dtype_or_bit_width_is_rejected_before_any_work(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="dtype"):
         ensure_smollm2(tmp_path, dtype="float64")
     with pytest.raises(ValueError, match="quantize_bits"):
@@ -206,7 +219,9 @@ def test_unknown_dtype_or_bit_width_is_rejected_before_any_work(tmp_path) -> Non
     assert list(tmp_path.iterdir()) == []
 
 
-def test_default_cache_dir_follows_draftwise_cache_dir(monkeypatch, tmp_path) -> None:
+def test_default_cache_dir_follows_draftwise_cache_dir(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("DRAFTWISE_CACHE_DIR", str(tmp_path))
     assert default_cache_dir() == tmp_path
     monkeypatch.delenv("DRAFTWISE_CACHE_DIR")

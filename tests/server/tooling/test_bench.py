@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +49,7 @@ def run_at(tok_s: float, sha: str = "same", rounds: int = 0, accepted: int = 0) 
     return Run((request,))
 
 
-def arm(label: str, width: int | None, *speeds: float, sha: str = "same", **served) -> Arm:
+def arm(label: str, width: int | None, *speeds: float, sha: str = "same", **served: Any) -> Arm:
     return Arm(label, width, [run_at(s, sha) for s in speeds], [run_at(speeds[0], sha)], served)
 
 
@@ -225,7 +226,9 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[str], Pa
     return run_sweep(config, messages.append), messages, root
 
 
-def test_sweep_runs_classic_first_and_last_with_each_width_between(swept) -> None:
+def test_sweep_runs_classic_first_and_last_with_each_width_between(
+    swept: tuple[dict, list[str], Path],
+) -> None:
     record, _, _ = swept
     assert [a["label"] for a in record["arms"]] == ["classic (first)", "width 2", "classic (last)"]
     served = [a["served"] for a in record["arms"]]
@@ -233,14 +236,18 @@ def test_sweep_runs_classic_first_and_last_with_each_width_between(swept) -> Non
     assert served[1]["block_size"] == 2 and served[1]["source"] == "flag"
 
 
-def test_sweep_emits_the_full_token_budget_in_every_arm(swept) -> None:
+def test_sweep_emits_the_full_token_budget_in_every_arm(
+    swept: tuple[dict, list[str], Path],
+) -> None:
     record, _, _ = swept
     for arm_record in record["arms"]:
         assert arm_record["tokens_per_run"] == MAX_TOKENS
         assert all(r["tokens"] == MAX_TOKENS for run in arm_record["runs"] for r in run)
 
 
-def test_sweep_times_requests_and_reads_the_server_counters(swept) -> None:
+def test_sweep_times_requests_and_reads_the_server_counters(
+    swept: tuple[dict, list[str], Path],
+) -> None:
     record, _, _ = swept
     width = record["arms"][1]
     request = width["runs"][0][0]
@@ -251,13 +258,15 @@ def test_sweep_times_requests_and_reads_the_server_counters(swept) -> None:
     assert width["verdict"] in (ABOVE, OVERLAPPING, BELOW)
 
 
-def test_sweep_speculative_text_is_byte_identical_to_classic(swept) -> None:
+def test_sweep_speculative_text_is_byte_identical_to_classic(
+    swept: tuple[dict, list[str], Path],
+) -> None:
     record, _, _ = swept
     assert all(a["identical_to_classic"] and a["stable"] for a in record["arms"])
     assert len(record["arms"][0]["sha256"][0]) == 64
 
 
-def test_sweep_record_names_host_mlx_blas_and_setup(swept) -> None:
+def test_sweep_record_names_host_mlx_blas_and_setup(swept: tuple[dict, list[str], Path]) -> None:
     record, _, _ = swept
     host, setup = record["host"], record["setup"]
     assert host["cores"] >= 1 and host["cpu"] and host["mlx"] == "0.32.4"
@@ -269,14 +278,16 @@ def test_sweep_record_names_host_mlx_blas_and_setup(swept) -> None:
     assert record["n"] == 1 and record["control"]["arm"].startswith("classic")
 
 
-def test_sweep_shows_progress_for_every_arm_and_run(swept) -> None:
+def test_sweep_shows_progress_for_every_arm_and_run(swept: tuple[dict, list[str], Path]) -> None:
     _, messages, _ = swept
     assert any(m.startswith("[1/3] classic (first): ready in") for m in messages)
     assert any(m.startswith("[2/3] width 2: warm-up 1/1 (discarded)") for m in messages)
     assert any(m.startswith("[3/3] classic (last): run 1/1") for m in messages)
 
 
-def test_sweep_record_is_written_as_markdown_and_json(swept, tmp_path) -> None:
+def test_sweep_record_is_written_as_markdown_and_json(
+    swept: tuple[dict, list[str], Path], tmp_path: Path
+) -> None:
     record, _, _ = swept
     md, js = write_record(record, tmp_path)
     assert (md.name, js.name) == ("tiny-sweep.md", "tiny-sweep.json")
@@ -301,7 +312,9 @@ def test_an_interleaved_sweep_uses_its_one_classic_arm_as_the_control() -> None:
 # ---- in-process: the issue-4 benchmark core, same record -----------------------------------
 
 
-def test_in_process_sweep_interleaves_widths_and_writes_the_same_record(swept) -> None:
+def test_in_process_sweep_interleaves_widths_and_writes_the_same_record(
+    swept: tuple[dict, list[str], Path],
+) -> None:
     _, _, root = swept
     messages: list[str] = []
     config = BenchConfig(
@@ -342,7 +355,9 @@ def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several() -> N
     assert "| width 4 | 3.50, 20.00 | 1.50, 20.00 |" in text
 
 
-def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_arms(swept) -> None:
+def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_arms(
+    swept: tuple[dict, list[str], Path],
+) -> None:
     _, _, root = swept
     messages: list[str] = []
     config = BenchConfig(

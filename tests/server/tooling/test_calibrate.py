@@ -39,7 +39,9 @@ def record(*middle: Arm, backend: str = "cpu", capability: str | None = None) ->
     return build_record(name="r", arms=arms, setup=setup, host=host)
 
 
-def entry(width: int | None, quantization: str | None = None, record_path: str = "r.json"):
+def entry(
+    width: int | None, quantization: str | None = None, record_path: str = "r.json"
+) -> TableEntry:
     return TableEntry("cpu", None, quantization, "dflash", width, record_path, "0.32.4", "x")
 
 
@@ -66,11 +68,11 @@ def test_an_overlapping_sweep_earns_nothing_and_says_why() -> None:
         entry_from_record(record(arm(4, 11, 12, 13), arm(8, 3, 4, 5)), "r.json", "dflash")
 
 
-def test_missing_calibration_file_means_no_entries(tmp_path) -> None:
+def test_missing_calibration_file_means_no_entries(tmp_path: Path) -> None:
     assert load_calibration(tmp_path / "absent.json") == ()
 
 
-def test_malformed_calibration_file_stops_startup_naming_the_file(tmp_path) -> None:
+def test_malformed_calibration_file_stops_startup_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "calibration.json"
     path.write_text("{not json")
     with pytest.raises(PolicyError, match=str(path)):
@@ -83,11 +85,11 @@ def test_new_entry_replaces_its_key_and_keeps_the_others() -> None:
     assert merged == (entry(2, quantization="affine"), entry(None, record_path="new.json"))
 
 
-def test_default_path_lives_under_the_cache_dir(tmp_path) -> None:
+def test_default_path_lives_under_the_cache_dir(tmp_path: Path) -> None:
     assert default_calibration_path(tmp_path) == tmp_path / "policy" / "calibration.json"
 
 
-def test_calibrated_file_is_what_resolve_width_uses_before_the_table(tmp_path) -> None:
+def test_calibrated_file_is_what_resolve_width_uses_before_the_table(tmp_path: Path) -> None:
     output = tmp_path / "policy" / "calibration.json"
     calibrate_from_record(record(arm(3, 20, 21, 22)), "r.json", output, "dflash")
     resolution = resolve_width(
@@ -108,7 +110,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-def test_cli_from_record_merges_into_an_existing_policy_file(tmp_path) -> None:
+def test_cli_from_record_merges_into_an_existing_policy_file(tmp_path: Path) -> None:
     output = tmp_path / "calibration.json"
     output.write_text(entries_to_json([entry(2, quantization="affine")]))
     swept = tmp_path / "sweep.json"
@@ -120,7 +122,7 @@ def test_cli_from_record_merges_into_an_existing_policy_file(tmp_path) -> None:
     assert widths == {("affine", 2), (None, None)}
 
 
-def test_cli_inconclusive_sweep_writes_nothing_and_exits_3(tmp_path) -> None:
+def test_cli_inconclusive_sweep_writes_nothing_and_exits_3(tmp_path: Path) -> None:
     output = tmp_path / "calibration.json"
     swept = tmp_path / "sweep.json"
     swept.write_text(json.dumps(record(arm(4, 11, 12, 13))))
