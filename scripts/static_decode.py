@@ -25,7 +25,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * xf.to(x.dtype)
 
 
-def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None):
+def choose(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+) -> torch.Tensor:
     """(b, V) logits -> (b,) token ids: the argmax, or one draw at `temperature`."""
     if temperature <= 0:
         return logits.argmax(-1)
@@ -54,7 +56,9 @@ class StaticDecoder:
         x1, x2 = x[..., :half].float(), x[..., half:].float()
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
-    def _attend(self, q, k, v, mask):
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         """Grouped-query attention; q (b, H, L, d), k/v (b, kv, T, d), mask (b, 1, L, T).
 
         A decode step (L = 1) folds each kv head's query heads into rows of one matmul
@@ -71,7 +75,17 @@ class StaticDecoder:
         weights = scores.softmax(-1).to(v.dtype)
         return (weights @ v).reshape(b, self.heads, 1, d)
 
-    def _layer(self, i, x, cos, sin, keys, values, start, mask):
+    def _layer(
+        self,
+        i: int,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        start: int,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
         layer = self.layers[i]
         attn = layer.self_attn
         b, length, _ = x.shape
@@ -89,7 +103,15 @@ class StaticDecoder:
         h = rms_norm(x, layer.post_attention_layernorm.weight, self.eps)
         return x + mlp.down_proj(F.silu(mlp.gate_proj(h)) * mlp.up_proj(h))
 
-    def _forward(self, ids, positions, keys, values, start, mask) -> torch.Tensor:
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        keys: list[torch.Tensor],
+        values: list[torch.Tensor],
+        start: int,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
         """Logits of the last row; writes K/V columns start..start+L-1."""
         x = self.model.model.embed_tokens(ids)
         angles = positions.float()[:, None, :, None] * self.inv_freq

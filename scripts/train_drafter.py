@@ -46,6 +46,7 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,9 @@ def gguf_state_dict(path: Path, config: dict[str, Any]) -> dict[str, torch.Tenso
     }
 
 
-def load_target(gguf: Path | None, target_dir: Path, device: torch.device, dtype: torch.dtype):
+def load_target(
+    gguf: Path | None, target_dir: Path, device: torch.device, dtype: torch.dtype
+) -> tuple[nn.Module, Any, dict[str, Any]]:
     """The target as a transformers model, weights from the GGUF or the dir's safetensors."""
     from safetensors.torch import load_file
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
@@ -129,8 +132,8 @@ class FeatureTap:
             model.model.layers[lid].register_forward_hook(self._hook(lid))
         self.model = model
 
-    def _hook(self, lid: int):
-        def hook(_module, _args, output) -> None:
+    def _hook(self, lid: int) -> Callable[[nn.Module, Any, Any], None]:
+        def hook(_module: nn.Module, _args: Any, output: Any) -> None:
             self.outputs[lid] = output[0] if isinstance(output, tuple) else output
 
         return hook
@@ -151,7 +154,7 @@ def chat_messages(prompt: Prompt) -> list[dict[str, str]]:
     return [{"role": roles[i % 2], "content": text} for i, text in enumerate(turns)]
 
 
-def render(prompt: Prompt, tokenizer) -> str:
+def render(prompt: Prompt, tokenizer: Any) -> str:
     """A prompt's text as the target reads it: raw, in the chat template (which adds
     its default system prompt), or as bare ChatML turns, as a client of
     /v1/completions writes them."""
@@ -167,7 +170,7 @@ def render(prompt: Prompt, tokenizer) -> str:
     )
 
 
-def encode(prompts: list[Prompt], tokenizer, max_prompt_tokens: int) -> list[list[int]]:
+def encode(prompts: list[Prompt], tokenizer: Any, max_prompt_tokens: int) -> list[list[int]]:
     """Token ids of each prompt (see `render`), the last max_prompt_tokens kept; one
     batched tokenizer call."""
     texts = [render(p, tokenizer) for p in prompts]
@@ -175,7 +178,7 @@ def encode(prompts: list[Prompt], tokenizer, max_prompt_tokens: int) -> list[lis
     return [ids[-max_prompt_tokens:] for ids in encoded]
 
 
-def user_turn_prefix(tokenizer, history: tuple[str, ...]) -> str:
+def user_turn_prefix(tokenizer: Any, history: tuple[str, ...]) -> str:
     """The chat template's text up to where the next user turn's words begin."""
     marker = "\x00"
     messages = chat_messages(Prompt(marker, "chat", "", chat=True, history=history))
@@ -227,7 +230,13 @@ def greedy_continuations(
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
 
 
-def self_chat(label, sample, tokenizer, count: int, seed: int) -> tuple[list[Prompt], list[Pair]]:
+def self_chat(
+    label: Callable[[list[Prompt]], list[Pair | None]],
+    sample: Callable[[list[str]], list[list[int] | None]],
+    tokenizer: Any,
+    count: int,
+    seed: int,
+) -> tuple[list[Prompt], list[Pair]]:
     """Chat prompts whose user turns the target writes itself, and their labelled pairs:
     up to `count` first turns, then second turns after about a third of them.
 
@@ -285,7 +294,9 @@ def other_forms(first: list[Prompt], answers: list[str], rng: random.Random) -> 
 
 
 @torch.no_grad()
-def static_decode_check(model, decoder: StaticDecoder, prompts: list[list[int]], device) -> dict:
+def static_decode_check(
+    model: nn.Module, decoder: StaticDecoder, prompts: list[list[int]], device: torch.device
+) -> dict:
     """How many of a few prompts the static decoder continues exactly as
     `transformers.generate` does (32 greedy tokens), as a logged sanity check."""
     same = 0
@@ -335,7 +346,9 @@ def load_pairs(path: Path) -> tuple[list[tuple[list[int], list[int]]], list[str]
 class Sequences:
     """Right-padded prompt+continuation token rows, on the device."""
 
-    def __init__(self, pairs: list[tuple[list[int], list[int]]], kinds: list[str], device) -> None:
+    def __init__(
+        self, pairs: list[tuple[list[int], list[int]]], kinds: list[str], device: torch.device
+    ) -> None:
         keep = [i for i, (_, g) in enumerate(pairs) if len(g) >= 8]
         pairs = [pairs[i] for i in keep]
         self.kinds = [kinds[i] for i in keep]
@@ -417,7 +430,14 @@ class Attention(nn.Module):
         b, length, _ = x.shape
         return x.view(b, length, n, self.head_dim).transpose(1, 2)
 
-    def forward(self, x, ctx, x_pos, ctx_pos, mask):
+    def forward(
+        self,
+        x: torch.Tensor,
+        ctx: torch.Tensor,
+        x_pos: torch.Tensor,
+        ctx_pos: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
         q = rope(self.q_norm(self._heads(self.q_proj(x), self.heads)), x_pos, self.theta)
         k_ctx = rope(self.k_norm(self._heads(self.k_proj(ctx), self.kv_heads)), ctx_pos, self.theta)
         k_blk = rope(self.k_norm(self._heads(self.k_proj(x), self.kv_heads)), x_pos, self.theta)
@@ -439,7 +459,7 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(d, inter, bias=False)
         self.down_proj = nn.Linear(inter, d, bias=False)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
@@ -451,7 +471,14 @@ class Layer(nn.Module):
         self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
 
-    def forward(self, x, ctx, x_pos, ctx_pos, mask):
+    def forward(
+        self,
+        x: torch.Tensor,
+        ctx: torch.Tensor,
+        x_pos: torch.Tensor,
+        ctx_pos: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
         h = x + self.self_attn(self.input_layernorm(x), ctx, x_pos, ctx_pos, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
@@ -471,7 +498,13 @@ class Drafter(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, std=0.02)
 
-    def forward(self, block_embeds, features, x_pos, mask):
+    def forward(
+        self,
+        block_embeds: torch.Tensor,
+        features: torch.Tensor,
+        x_pos: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
         """block_embeds (b, Q, d), features (b, S, taps*d) -> normed hidden (b, Q, d)."""
         ctx = self.hidden_norm(self.fc(features))
         ctx_pos = torch.arange(features.shape[1], device=features.device).expand(
@@ -483,7 +516,7 @@ class Drafter(nn.Module):
         return self.norm(h)
 
 
-def drafter_config(args, target: dict[str, Any], layers: int) -> dict[str, Any]:
+def drafter_config(args: argparse.Namespace, target: dict[str, Any], layers: int) -> dict[str, Any]:
     return {
         "architectures": ["DFlashDraftModel"],
         "model_type": "qwen3",
@@ -510,7 +543,9 @@ def drafter_config(args, target: dict[str, Any], layers: int) -> dict[str, Any]:
     }
 
 
-def block_layout(anchors, widths, keep, seq_width, block):
+def block_layout(
+    anchors: torch.Tensor, widths: torch.Tensor, keep: torch.Tensor, seq_width: int, block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Block positions (b, N*B) and the attention mask (b, 1, N*B, S + N*B).
 
     Block n sees context keys strictly before its anchor (the anchor's own features are
@@ -530,7 +565,9 @@ def block_layout(anchors, widths, keep, seq_width, block):
     return x_pos, mask
 
 
-def sample_anchors(prompt_lengths, lengths, count, gen: torch.Generator):
+def sample_anchors(
+    prompt_lengths: torch.Tensor, lengths: torch.Tensor, count: int, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to `count` distinct anchors per row in [prompt_length, length - 2], sorted."""
     b = lengths.shape[0]
     width = int(lengths.max())
@@ -545,14 +582,23 @@ def sample_anchors(prompt_lengths, lengths, count, gen: torch.Generator):
     return anchors, keep
 
 
-def block_inputs(ids, anchors, keep, block, embed):
+def block_inputs(
+    ids: torch.Tensor, anchors: torch.Tensor, keep: torch.Tensor, block: int, embed: nn.Module
+) -> torch.Tensor:
     b, n = anchors.shape
     tokens = torch.full((b, n, block), MASK_TOKEN_ID, dtype=torch.long, device=ids.device)
     tokens[:, :, 0] = torch.gather(ids, 1, anchors)
     return embed(tokens.reshape(b, n * block))
 
 
-def block_labels(ids, anchors, keep, widths, lengths, block):
+def block_labels(
+    ids: torch.Tensor,
+    anchors: torch.Tensor,
+    keep: torch.Tensor,
+    widths: torch.Tensor,
+    lengths: torch.Tensor,
+    block: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Labels (b, n, B) = ids[anchor + k] and a validity mask (rows 1..width-1 only)."""
     offs = torch.arange(block, device=ids.device)
     index = anchors[:, :, None] + offs
@@ -562,7 +608,16 @@ def block_labels(ids, anchors, keep, widths, lengths, block):
     return labels, valid
 
 
-def draft_hidden(drafter, target, features, ids, anchors, keep, widths, block):
+def draft_hidden(
+    drafter: Drafter,
+    target: nn.Module,
+    features: torch.Tensor,
+    ids: torch.Tensor,
+    anchors: torch.Tensor,
+    keep: torch.Tensor,
+    widths: torch.Tensor,
+    block: int,
+) -> torch.Tensor:
     embeds = block_inputs(ids, anchors, keep, block, target.model.embed_tokens)
     x_pos, mask = block_layout(anchors, widths, keep, ids.shape[1], block)
     return drafter(embeds, features, x_pos, mask)
@@ -590,7 +645,13 @@ class Trainee:
         return f"L{self.layers}"
 
 
-def sample_batch(data: Sequences, args, gen: torch.Generator, device, window: int = 0) -> tuple:
+def sample_batch(
+    data: Sequences,
+    args: argparse.Namespace,
+    gen: torch.Generator,
+    device: torch.device,
+    window: int = 0,
+) -> tuple:
     """Rows (drawn as `Sequences.draw` says), random anchors in their continuations and a
     random width per block."""
     index = data.draw(args.batch, window, gen)
@@ -602,7 +663,14 @@ def sample_batch(data: Sequences, args, gen: torch.Generator, device, window: in
     return ids, lengths, anchors, keep, widths
 
 
-def block_loss(drafter, target, features, batch: tuple, args, device):
+def block_loss(
+    drafter: Drafter,
+    target: nn.Module,
+    features: torch.Tensor,
+    batch: tuple,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, row-1 accuracy): cross-entropy on rows 1..width-1 of every block,
     weighted by exp(-(k-1)/gamma) as published."""
     ids, lengths, anchors, keep, widths = batch
@@ -621,12 +689,20 @@ def block_loss(drafter, target, features, batch: tuple, args, device):
     return loss, correct[k == 1].float().mean()
 
 
-def batch_features(tap: FeatureTap, ids: torch.Tensor, device) -> torch.Tensor:
+def batch_features(tap: FeatureTap, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         return tap.features(ids)
 
 
-def train_step(trainees: list[Trainee], target, tap, data, args, gen, device) -> None:
+def train_step(
+    trainees: list[Trainee],
+    target: nn.Module,
+    tap: FeatureTap,
+    data: Sequences,
+    args: argparse.Namespace,
+    gen: torch.Generator,
+    device: torch.device,
+) -> None:
     """One batch for every trainee still training; the target's features are shared."""
     batch = sample_batch(data, args, gen, device, args.length_window)
     features = batch_features(tap, batch[0], device)
@@ -642,7 +718,14 @@ def train_step(trainees: list[Trainee], target, tap, data, args, gen, device) ->
 
 
 @torch.no_grad()
-def held_out_loss(trainees: list[Trainee], target, tap, data, args, device) -> dict[str, float]:
+def held_out_loss(
+    trainees: list[Trainee],
+    target: nn.Module,
+    tap: FeatureTap,
+    data: Sequences,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> dict[str, float]:
     """Mean loss of each trainee on the same fixed held-out batches."""
     gen = torch.Generator(device=device).manual_seed(1234)
     totals = {t.name: 0.0 for t in trainees}
@@ -675,7 +758,9 @@ def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
     return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def draft_vocabulary(pairs, vocab_size: int, n: int) -> tuple[list[int], dict[str, float]]:
+def draft_vocabulary(
+    pairs: list[Pair], vocab_size: int, n: int
+) -> tuple[list[int], dict[str, float]]:
     """The n tokens the target emits most often (EOS always in), best first, and the
     share of the target's emitted tokens that the top 4k/8k/16k/32k cover."""
     emitted = np.asarray([t for _, g in pairs for t in g], dtype=np.int64)
@@ -694,8 +779,17 @@ def draft_vocabulary(pairs, vocab_size: int, n: int) -> tuple[list[int], dict[st
 
 @torch.no_grad()
 def draft_hits(
-    drafter, target, tap, ids, prompt_lengths, lengths, width, window, device, vocab=None
-):
+    drafter: Drafter,
+    target: nn.Module,
+    tap: FeatureTap,
+    ids: torch.Tensor,
+    prompt_lengths: torch.Tensor,
+    lengths: torch.Tensor,
+    width: int,
+    window: int,
+    device: torch.device,
+    vocab: torch.Tensor | None = None,
+) -> list[list[int]]:
     """hits[r][p]: leading drafts of the block anchored at p that equal the continuation.
     vocab: a draft vocabulary (token ids) the draft head is restricted to, or None."""
     b, s = ids.shape
@@ -723,15 +817,15 @@ def draft_hits(
 
 
 def acceptance(
-    drafter,
-    target,
-    tap,
+    drafter: Drafter,
+    target: nn.Module,
+    tap: FeatureTap,
     data: Sequences,
     width: int,
-    device,
+    device: torch.device,
     chunk: int = 32,
     window: int = 64,
-    vocab=None,
+    vocab: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Mean tokens emitted per greedy round (accepted drafts + bonus), per prompt kind.
 
@@ -839,7 +933,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequences, Sequences]:
+def make_data(
+    args: argparse.Namespace,
+    target: nn.Module,
+    tokenizer: Any,
+    device: torch.device,
+    records: list[dict[str, Any]],
+) -> tuple[Sequences, Sequences, Sequences]:
     """(train, held-out, short) sequences: loaded from <out>/data.npz, else generated
     (target-greedy continuations, batched and length-bucketed) and saved there."""
     path = args.out / "data.npz"
@@ -862,7 +962,9 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     check = encode([p for p in held if p.kind != "chat"][:4] + short[-4:], tokenizer, 320)
     log(static_decode_check(target, decoder, check, device), records)
 
-    def continue_ids(encoded, new_tokens, deadline, temperature, what):
+    def continue_ids(
+        encoded: list[list[int]], new_tokens: int, deadline: float, temperature: float, what: str
+    ) -> list[Pair | None]:
         began = time.perf_counter()
         pairs = greedy_continuations(
             decoder,
@@ -929,7 +1031,9 @@ def make_data(args, target, tokenizer, device, records) -> tuple[Sequences, Sequ
     )
 
 
-def make_trainee(args, target_cfg, layers: int, device) -> Trainee:
+def make_trainee(
+    args: argparse.Namespace, target_cfg: dict[str, Any], layers: int, device: torch.device
+) -> Trainee:
     cfg = drafter_config(args, target_cfg, layers)
     model = Drafter(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -957,11 +1061,11 @@ def warm_start(trainee: Trainee, init: Path) -> None:
     trainee.model.load_state_dict(drafter_weights(init), strict=True)
 
 
-def checkpoint_path(args, trainee: Trainee) -> Path:
+def checkpoint_path(args: argparse.Namespace, trainee: Trainee) -> Path:
     return args.out / f"ckpt-{trainee.name}.pt"
 
 
-def save_checkpoint(args, trainee: Trainee, step: int, progress: float) -> None:
+def save_checkpoint(args: argparse.Namespace, trainee: Trainee, step: int, progress: float) -> None:
     state = {
         "model": trainee.model.state_dict(),
         "opt": trainee.opt.state_dict(),
@@ -975,7 +1079,7 @@ def save_checkpoint(args, trainee: Trainee, step: int, progress: float) -> None:
     torch.save(state, checkpoint_path(args, trainee))
 
 
-def resume(args, trainee: Trainee) -> tuple[int, float]:
+def resume(args: argparse.Namespace, trainee: Trainee) -> tuple[int, float]:
     """(step, schedule progress) from the trainee's checkpoint, or (0, 0.0) for a fresh
     start."""
     path = checkpoint_path(args, trainee)

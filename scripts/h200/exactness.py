@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from make_train_data import SHORT_PROMPTS, held_out_prompts  # noqa: E402
@@ -18,7 +19,7 @@ from drafter.loading import LoadOptions, load_engine  # noqa: E402
 from drafter.probe import PROBE_PROMPTS, probe_exactness  # noqa: E402
 
 
-def prompts(tokenizer) -> list[list[int]]:
+def prompts(tokenizer: Any) -> list[list[int]]:
     texts = list(PROBE_PROMPTS)
     texts += [text for kind, text in SHORT_PROMPTS if kind != "chat"]
     chats = [text for kind, text in SHORT_PROMPTS if kind == "chat"]

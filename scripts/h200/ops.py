@@ -9,6 +9,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import mlx.core as mx
 
@@ -26,27 +27,27 @@ V_BUF = mx.random.normal((1, KV_HEADS, BUFFER, HEAD_DIM)).astype(mx.bfloat16)
 mx.eval(W, WIDE, K_BUF, V_BUF)
 
 
-def matmul(x, rowwise):
+def matmul(x: mx.array, rowwise: bool) -> mx.array:
     for _ in range(DEPTH):
         x = project(x, W) if rowwise else x @ W.T
     return x
 
 
-def sdpa(q, keys, mask):
+def sdpa(q: mx.array, keys: str, mask: mx.array | str | None) -> mx.array:
     k, v = (K_BUF, V_BUF) if keys == "buffer" else (K_BUF[..., :KEYS, :], V_BUF[..., :KEYS, :])
     for _ in range(DEPTH):
         q = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
     return q
 
 
-def norm(x):
+def norm(x: mx.array) -> mx.array:
     weight = mx.ones((DIM,), mx.bfloat16)
     for _ in range(DEPTH):
         x = mx.fast.rms_norm(x, weight, 1e-5)
     return x
 
 
-def arms(rows):
+def arms(rows: int) -> dict[str, Callable[[], mx.array]]:
     x = mx.random.normal((1, rows, DIM)).astype(mx.bfloat16)
     q = mx.random.normal((1, HEADS, rows, HEAD_DIM)).astype(mx.bfloat16)
     mx.eval(x, q)
@@ -65,7 +66,7 @@ def arms(rows):
     return out
 
 
-def timed(fn):
+def timed(fn: Callable[[], mx.array]) -> float:
     start = time.perf_counter()
     mx.eval(fn())
     return 1000 * (time.perf_counter() - start)

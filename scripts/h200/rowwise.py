@@ -9,6 +9,7 @@ Prints one JSON object per (target, arm, rows) line."""
 import json
 import statistics
 import sys
+from typing import Any
 
 import mlx.core as mx
 from mlx_lm import load
@@ -25,7 +26,7 @@ TARGETS = sys.argv[2].split(",") if len(sys.argv) > 2 else ["bf16", "q4g32"]
 PROMPT = "def quicksort(items):\n    if len(items) <= 1:\n        return items\n"
 
 
-def identity(model, tokens: list[int], rows: int) -> dict:
+def identity(model: Any, tokens: list[int], rows: int) -> dict:
     """Verify `rows` continuation tokens in one forward and one at a time."""
     prefix, block = tokens[:-rows], tokens[-rows:]
     cache = make_prompt_cache(model)
