@@ -62,6 +62,8 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
 )
 # Held-out and short everyday prompts, the set the drafter's records are measured on.
 EVAL_PROMPTS = Path(__file__).with_name("eval_prompts.json")
+# All 22 short evaluation prompts of the drafter issue (code, prose, chat).
+SHORT_PROMPTS_FILE = Path(__file__).with_name("short_prompts.json")
 SERVER_MODE = "server (one draftwise serve process per arm, one arm after another)"
 SERVER_INTERLEAVED_MODE = (
     "server, interleaved (one draftwise serve process per arm, all up at once; "
@@ -659,7 +661,10 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         type=_prompts_file,
         default=None,
         metavar="JSON",
-        help=f'prompts from a JSON file ({{"prompts": [...]}}), e.g. {EVAL_PROMPTS}',
+        help=(
+            f'prompts from a JSON file ({{"prompts": [...]}}), e.g. {EVAL_PROMPTS} '
+            f"or {SHORT_PROMPTS_FILE}"
+        ),
     )
     parser.add_argument("--max-tokens", type=int, default=128, help="token budget per request")
     parser.add_argument("-n", type=int, default=3, help="timed passes per arm")
