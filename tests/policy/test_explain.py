@@ -50,8 +50,8 @@ def test_explain_gives_this_cpus_measured_answer_and_its_record(
 ) -> None:
     code, out, _ = explain(capsys, "--backend", "cpu", "--drafter-kind", "dflash")
     assert code == 0
-    assert out.splitlines()[:2] == ["width: 5", "source: policy"]
-    assert "docs/benchmark_results/cpu-seed1-drafter.md" in out
+    assert out.splitlines()[:2] == ["width: 3", "source: policy"]
+    assert "docs/benchmark_results/cpu-short-prompts.md" in out
 
 
 def test_explain_shows_the_winning_override_and_the_ignored_ones(

@@ -67,10 +67,10 @@ def test_metal_hosts_get_the_dflash_default(quantization: str | None) -> None:
     assert resolution.reason == f"metal {quant} dflash: no measured entry; dflash default"
 
 
-def test_an_unquantized_target_on_cpu_gets_the_measured_width_5() -> None:
+def test_an_unquantized_target_on_cpu_gets_the_measured_width_3() -> None:
     resolution = resolve(Device("cpu"), None)
-    assert (resolution.width, resolution.source) == (5, "policy")
-    assert "cpu-seed1-drafter.md" in resolution.reason
+    assert (resolution.width, resolution.source) == (3, "policy")
+    assert "cpu-short-prompts.md" in resolution.reason
 
 
 def test_a_4bit_affine_target_on_cpu_is_served_classic_where_every_width_lost() -> None:
