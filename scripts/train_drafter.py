@@ -1157,9 +1157,9 @@ def main(argv: list[str] | None = None) -> None:
         spent = (time.perf_counter() - began) / max(1e-9, train_end - began)
         return min(1.0, done + (1 - done) * spent)
 
-    while progress() < 1 and time.perf_counter() < train_end:
-        if all(t.stopped for t in trainees):
-            break
+    while (
+        progress() < 1 and time.perf_counter() < train_end and not all(t.stopped for t in trainees)
+    ):
         for t in trainees:
             for group in t.opt.param_groups:
                 group["lr"] = lr_at(step, progress(), args.lr, 60)
