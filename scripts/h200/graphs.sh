@@ -17,7 +17,7 @@ for pass in $(seq ${PASSES:-2}); do
   order=(0 1 2 3); [ $((pass % 2)) -eq 0 ] && order=(3 2 1 0)
   for i in "${order[@]}"; do
     arm=${ARMS[$i]}; name=${arm%%:*}; envs=${arm#*:}
-    env $envs timeout 120 $P | sed "s/^/{\"arm\": \"$name\", \"pass\": $pass, \"p\": /; s/$/}/" \
+    env $envs timeout ${PROFILE_S:-65} $P | sed "s/^/{\"arm\": \"$name\", \"pass\": $pass, \"p\": /; s/$/}/" \
       >> $OUT/graphs.jsonl 2>> $OUT/graphs.log
   done
 done
