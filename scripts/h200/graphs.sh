@@ -11,17 +11,17 @@ cp .payload06/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import mlx.core as mx; print(mx.__version__, mx.device_info())"; } > $OUT/device.txt 2>&1
-ARMS=("default:" "nographs:MLX_USE_CUDA_GRAPHS=0" "ops1000:MLX_MAX_OPS_PER_BUFFER=1000" "ops20:MLX_MAX_OPS_PER_BUFFER=20")
+read -r -a ARMS <<< "${ARMS:-default: nographs:MLX_USE_CUDA_GRAPHS=0 ops1000:MLX_MAX_OPS_PER_BUFFER=1000 ops20:MLX_MAX_OPS_PER_BUFFER=20}"
 P="python3 -m server.cli profile --json --draft-model drafter/default_pair --max-tokens 128 --repeats 2 --width ${WIDTHS:-8}"
 for pass in $(seq ${PASSES:-2}); do
-  order=(0 1 2 3); [ $((pass % 2)) -eq 0 ] && order=(3 2 1 0)
+  order=($(seq 0 $((${#ARMS[@]} - 1)))); [ $((pass % 2)) -eq 0 ] && order=($(seq $((${#ARMS[@]} - 1)) -1 0))
   for i in "${order[@]}"; do
     arm=${ARMS[$i]}; name=${arm%%:*}; envs=${arm#*:}
     env $envs timeout ${PROFILE_S:-65} $P | sed "s/^/{\"arm\": \"$name\", \"pass\": $pass, \"p\": /; s/$/}/" \
-      >> $OUT/graphs.jsonl 2>> $OUT/graphs.log
+      >> $OUT/${NAME:-graphs}.jsonl 2>> $OUT/${NAME:-graphs}.log
   done
 done
-python3 - $OUT/graphs.jsonl <<'PY'
+python3 - $OUT/${NAME:-graphs}.jsonl <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line); p = r["p"]
@@ -30,4 +30,4 @@ for line in open(sys.argv[1]):
           "draft", p["draft_ms"], "step", p["step_ms"], "acc", p["acceptance_length"],
           "x", round(speed, 2), "max", p["max_round_ms"])
 PY
-tail -3 $OUT/graphs.log
+tail -3 $OUT/${NAME:-graphs}.log

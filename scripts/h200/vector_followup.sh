@@ -9,7 +9,7 @@ if [ "${ARM:-q4}" = q4 ]; then
   Q4=$(python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2
 print(ensure_smollm2(None, 'bfloat16', quantize_bits=4))" 2>/dev/null | tail -1)
   timeout 560 python3 -m server.cli bench --interleave --model "$Q4" --draft-model drafter/default_pair \
-    --widths ${WIDTHS:-4,8} -n 3 --warmup 1 --max-tokens 128 --out-dir $OUT --name h200-q4g32-vector \
+    --widths ${WIDTHS:-4,8} -n 3 --warmup 1 --max-tokens 128 --out-dir $OUT --name ${NAME:-h200-q4g32-vector} \
     --prompts-file server/tooling/eval_prompts.json 2>&1 | grep -A 8 "^## Results"
 else
   for cudnn in 0 1; do
