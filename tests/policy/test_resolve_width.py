@@ -20,6 +20,7 @@ GB10_RECORD = "docs/benchmark_results/gb10-qwen3.5-4b-4bit-dflash-published.md"
 GB10 = Device("cuda", (12, 1))
 H200 = Device("cuda", (9, 0))
 H200_RECORD = "docs/benchmark_results/h200-seed1-drafter.md"
+H200_AFFINE_RECORD = "docs/benchmark_results/h200-q4g32-served.md"
 V100 = Device("cuda", (7, 0))
 ALL_QUANT = (None, *QUANT_MODES)
 
@@ -93,7 +94,7 @@ def test_an_override_beats_the_cpu_classic_entry() -> None:
 
 @pytest.mark.parametrize(
     ("device", "quantization"),
-    [(V100, q) for q in ALL_QUANT] + [(H200, q) for q in QUANT_MODES],
+    [(V100, q) for q in ALL_QUANT] + [(H200, q) for q in QUANT_MODES if q != "affine"],
     ids=str,
 )
 def test_unmeasured_cuda_hosts_get_the_dflash_default(
@@ -108,6 +109,13 @@ def test_h200_unquantized_dflash_resolves_to_the_measured_width_8_citing_its_rec
     resolution = resolve(H200, None)
     assert resolution == Resolution(
         8, "policy", f"cuda 9.0 unquantized dflash: measured ({H200_RECORD}, mlx 0.32.4)"
+    )
+
+
+def test_h200_affine_dflash_resolves_to_the_measured_width_4_citing_its_record() -> None:
+    resolution = resolve(H200, "affine")
+    assert resolution == Resolution(
+        4, "policy", f"cuda 9.0 affine dflash: measured ({H200_AFFINE_RECORD}, mlx 0.32.4)"
     )
 
 

@@ -54,6 +54,7 @@ def test_the_table_holds_exactly_the_recorded_entries() -> None:
     assert [(e.device, e.quantization, e.drafter_kind, e.width) for e in TABLE] == [
         (Device("cuda", (12, 1)), "affine", "dflash", 4),  # published GB10 sweep
         (Device("cuda", (9, 0)), None, "dflash", 8),  # H200, bf16 default pair
+        (Device("cuda", (9, 0)), "affine", "dflash", 4),  # H200, 4-bit g32 default pair
         (Device("cpu"), None, "dflash", 3),  # this CPU, float32 + OpenBLAS, short prompts
         (Device("cpu"), "affine", "dflash", None),  # this CPU, 4-bit: every width lost
     ]
