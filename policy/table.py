@@ -51,7 +51,8 @@ TABLE: tuple[TableEntry, ...] = (
             "MLX's CUDA quantized matmul changes where verify rows leave the one-row kernel "
             "(today width 4 is byte-identical to classic and width 8 differs by rounding), "
             "its vector attention kernel changes, or the default drafter is retrained "
-            "(4 and 8 tied at 1.55x and 1.56x; 2, 3, 5-7 and 16 were not measured)"
+            "(4 beat classic in two sweeps, 1.55x and 1.30x; 8 tied it in one, 3 had the "
+            "better median in the other, 1.38x; 2, 5-7 and 16 were not measured)"
         ),
     ),
     TableEntry(
