@@ -1,13 +1,23 @@
-"""Which BLAS MLX's CPU backend calls, and switching to an installed OpenBLAS.
+"""Which BLAS MLX's CPU backend calls, and switching to a fast installed one.
 
 The Linux `mlx[cpu]` wheel links the reference netlib BLAS it bundles
-(`mlx_cpu.libs/libblas-*.so`): float32 matmul runs at a few GFLOP/s. Debian's
-OpenBLAS exports the same symbols (`sgemm_`, ...), so preloading it makes the
-dynamic linker bind MLX's BLAS calls to OpenBLAS instead. LD_PRELOAD is read
-only when a process starts, hence the re-exec, before MLX is imported.
+(`mlx_cpu.libs/libblas-*.so`): float32 matmul runs at a few GFLOP/s. Intel's
+MKL (`libmkl_rt`, the `mkl` wheel of the `cpu` extra) and Debian's OpenBLAS
+export the same symbols (`sgemm_`, ...), so preloading one makes the dynamic
+linker bind MLX's BLAS calls to it instead. LD_PRELOAD is read only when a
+process starts, hence the re-exec, before MLX is imported.
 
-Setting: DRAFTWISE_BLAS=auto (default: use OpenBLAS when installed) or
-bundled (keep the BLAS the MLX wheel ships).
+MKL runs with its strict conditional numerical reproducibility
+(`MKL_CBWR=AUTO,STRICT`): then a row's product has the same bits whatever the
+number of rows, so a verify row equals the classic step's and greedy
+speculation stays byte-identical to classic decode. On an Intel Xeon it also
+made the one-row forward faster than OpenBLAS and a 3- or 4-row verify cost
+1.07-1.16x a step instead of 1.20-1.29x
+(docs/benchmark_results/cpu-blas-mkl.md). An operator's own `MKL_CBWR` wins.
+
+Setting: DRAFTWISE_BLAS=auto (default: MKL on Intel CPUs when installed, else
+OpenBLAS when installed, else the bundled BLAS), mkl, openblas, or bundled
+(keep the BLAS the MLX wheel ships). Naming one that is not installed is an error.
 """
 
 from __future__ import annotations
@@ -17,11 +27,12 @@ import glob
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 BLAS_ENV = "DRAFTWISE_BLAS"
-BLAS_MODES: tuple[str, ...] = ("auto", "bundled")
-# Set on the re-executed process so it never re-executes again.
+BLAS_MODES: tuple[str, ...] = ("auto", "mkl", "openblas", "bundled")
+# Set on the re-executed process (to the kind preloaded) so it never re-executes again.
 REEXEC_MARKER = "DRAFTWISE_BLAS_REEXEC"
 # Libraries that export the reference Fortran BLAS symbols under their plain names.
 OPENBLAS_CANDIDATES: tuple[str, ...] = (
@@ -31,7 +42,22 @@ OPENBLAS_CANDIDATES: tuple[str, ...] = (
     "/usr/lib64/libopenblas.so.0",
     "/usr/lib64/libopenblasp.so.0",
 )
+# The `mkl` wheel puts its libraries in the environment's lib/ (next to bin/python).
+MKL_CANDIDATES: tuple[str, ...] = (
+    os.path.join(sys.prefix, "lib", "libmkl_rt.so.*"),
+    "/opt/intel/oneapi/mkl/latest/lib/libmkl_rt.so.*",
+)
+MKL_SETTINGS: dict[str, str] = {"MKL_CBWR": "AUTO,STRICT"}
 _PROBE_SYMBOL = "sgemm_"
+
+
+@dataclass(frozen=True)
+class Blas:
+    """A BLAS to preload, and the environment it needs (an operator's values win)."""
+
+    kind: str  # "mkl" | "openblas"
+    library: Path
+    settings: Mapping[str, str] = field(default_factory=dict)
 
 
 class BlasSettingError(ValueError):
@@ -46,13 +72,59 @@ def blas_mode(environ: Mapping[str, str]) -> str:
     return value
 
 
-def find_openblas(patterns: Sequence[str] = OPENBLAS_CANDIDATES) -> Path | None:
-    """The first installed OpenBLAS that exports the plain BLAS symbols, or None."""
+def find_library(patterns: Sequence[str]) -> Path | None:
+    """The first existing file that matches one of `patterns`, in order, or None."""
     for pattern in patterns:
         for match in sorted(glob.glob(pattern)):
             if Path(match).is_file():
                 return Path(match)
     return None
+
+
+def find_openblas(patterns: Sequence[str] = OPENBLAS_CANDIDATES) -> Path | None:
+    """An installed OpenBLAS that exports the plain BLAS symbols, or None."""
+    return find_library(patterns)
+
+
+def find_mkl(patterns: Sequence[str] = MKL_CANDIDATES) -> Path | None:
+    """An installed MKL single dynamic library (`libmkl_rt`), or None."""
+    return find_library(patterns)
+
+
+def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's vendor_id (GenuineIntel, AuthenticAMD, ...), or "" if unknown."""
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("vendor_id"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def choose_blas(
+    mode: str, vendor: str, mkl: Path | None, openblas: Path | None
+) -> tuple[Blas | None, str]:
+    """(the BLAS to preload, or None to keep the bundled one; why). Pure.
+
+    auto takes MKL only on Intel CPUs, where it was measured faster; elsewhere
+    OpenBLAS. Naming a BLAS that is not installed raises BlasSettingError."""
+    found = {
+        "mkl": None if mkl is None else Blas("mkl", mkl, MKL_SETTINGS),
+        "openblas": None if openblas is None else Blas("openblas", openblas),
+    }
+    if mode == "bundled":
+        return None, f"{BLAS_ENV}=bundled: keeping the BLAS bundled with MLX"
+    if mode in found:
+        if found[mode] is None:
+            hint = "pip install mkl" if mode == "mkl" else "apt-get install libopenblas0-pthread"
+            raise BlasSettingError(f"{BLAS_ENV}={mode}: it is not installed ({hint})")
+        return found[mode], f"{BLAS_ENV}={mode}"
+    if found["mkl"] is not None and vendor == "GenuineIntel":
+        return found["mkl"], "auto: MKL on an Intel CPU"
+    if found["openblas"] is not None:
+        return found["openblas"], "auto: OpenBLAS"
+    return None, "auto: no MKL or OpenBLAS installed, keeping the BLAS bundled with MLX"
 
 
 def mapped_libraries(maps_path: str = "/proc/self/maps") -> list[str]:
@@ -78,7 +150,8 @@ def blas_kind(path: str) -> str:
 
 
 def blas_in_use(maps_path: str = "/proc/self/maps") -> str:
-    """`<kind> (<path>)` of the BLAS that MLX's CPU calls bind to in this process.
+    """`<kind> (<path>)` of the BLAS that MLX's CPU calls bind to in this process
+    (MKL's also names its reproducibility setting, which exactness rests on).
 
     A BLAS in the global symbol scope (LD_PRELOAD, or linked by the executable)
     wins over the copy the MLX wheel loads privately, so ask the dynamic linker
@@ -87,7 +160,9 @@ def blas_in_use(maps_path: str = "/proc/self/maps") -> str:
     """
     provider = _global_symbol_provider(_PROBE_SYMBOL)
     if provider is not None:
-        return f"{blas_kind(provider)} ({os.path.realpath(provider)})"
+        kind = blas_kind(provider)
+        cnr = f" MKL_CBWR={os.environ.get('MKL_CBWR', '')}" if kind == "mkl" else ""
+        return f"{kind} ({os.path.realpath(provider)}){cnr}"
     for path in mapped_libraries(maps_path):
         name = os.path.basename(path)
         if name.startswith(("libblas", "libopenblas", "libmkl_rt", "libblis")):
@@ -124,41 +199,45 @@ def preloaded(environ: Mapping[str, str]) -> list[str]:
     return [p for p in environ.get("LD_PRELOAD", "").replace(":", " ").split() if p]
 
 
-def openblas_environment(environ: Mapping[str, str], library: Path) -> dict[str, str]:
-    """environ with `library` first in LD_PRELOAD and the re-exec marker set."""
-    env = dict(environ)
-    env["LD_PRELOAD"] = " ".join([str(library), *preloaded(environ)])
-    env[REEXEC_MARKER] = "1"
+def preload_environment(environ: Mapping[str, str], blas: Blas) -> dict[str, str]:
+    """environ with `blas` first in LD_PRELOAD, its settings where the operator set none,
+    and the re-exec marker set."""
+    env = {**blas.settings, **environ}
+    env["LD_PRELOAD"] = " ".join([str(blas.library), *preloaded(environ)])
+    env[REEXEC_MARKER] = blas.kind
     return env
 
 
 def plan_reexec(
-    environ: Mapping[str, str], force_bundled: bool, library: Path | None
+    environ: Mapping[str, str], blas: Blas | None, why: str
 ) -> tuple[dict[str, str] | None, str]:
     """(environment to re-exec with, or None to carry on; why). Pure: the decision only."""
-    if force_bundled:
-        return None, f"{BLAS_ENV}=bundled: keeping the BLAS bundled with MLX"
     if environ.get(REEXEC_MARKER):
-        return None, "already re-executed with OpenBLAS preloaded"
+        return None, f"already re-executed with {environ[REEXEC_MARKER]} preloaded"
     if sys.platform != "linux":
         return None, f"not linux ({sys.platform}): MLX's own BLAS is kept"
-    if library is None:
-        return None, "no OpenBLAS installed (apt-get install libopenblas0-pthread)"
-    if any(os.path.realpath(p) == os.path.realpath(library) for p in preloaded(environ)):
-        return None, f"OpenBLAS already preloaded ({library})"
-    return openblas_environment(environ, library), f"re-executing with LD_PRELOAD={library}"
+    if blas is None:
+        return None, why
+    if any(os.path.realpath(p) == os.path.realpath(blas.library) for p in preloaded(environ)):
+        return None, f"{blas.kind} already preloaded ({blas.library})"
+    return preload_environment(environ, blas), f"{why}: re-executing with LD_PRELOAD={blas.library}"
 
 
-def reexec_with_openblas_if_available(
-    argv: Sequence[str], environ: Mapping[str, str], force_bundled: bool
-) -> str:
-    """Replace this process with itself plus OpenBLAS in LD_PRELOAD, when that applies.
+def planned_environment(environ: Mapping[str, str]) -> tuple[dict[str, str] | None, str]:
+    """plan_reexec for this host and environ's DRAFTWISE_BLAS (BlasSettingError if bad)."""
+    blas, why = choose_blas(blas_mode(environ), cpu_vendor(), find_mkl(), find_openblas())
+    return plan_reexec(environ, blas, why)
+
+
+def reexec_with_chosen_blas(argv: Sequence[str], environ: Mapping[str, str]) -> str:
+    """Replace this process with itself plus the chosen BLAS in LD_PRELOAD, when that
+    applies (DRAFTWISE_BLAS; BlasSettingError if it is bad or names a missing BLAS).
 
     Call it first thing in the CLI, before `mlx` is imported, with `sys.orig_argv`
     (the interpreter's own command line, so `-m`/`-c`/console-script starts all
     survive). Returns why nothing was done; on re-exec it does not return.
     """
-    env, reason = plan_reexec(environ, force_bundled, find_openblas())
+    env, reason = planned_environment(environ)
     if env is None:
         return reason
     sys.stdout.flush()

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from policy import PolicyError, TableEntry, overrides_from
 from policy.explain import add_explain_arguments, run_explain
 from policy.overrides import override_width
-from server.blas import BlasSettingError, blas_mode, reexec_with_openblas_if_available
+from server.blas import BlasSettingError, reexec_with_chosen_blas
 from server.policy_file import default_calibration_path, load_calibration
 from server.settings import ServeSettings, env_names, setting_specs
 from server.tooling.bench import add_bench_parser
@@ -59,8 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_explain(args)
     if args.command == "serve":
         return run_serve(args, os.environ)
-    if args.command == "profile":  # measures MLX: with OpenBLAS where serve would use it
-        reexec_with_openblas_if_available(sys.orig_argv, os.environ, False)
+    if args.command == "profile":  # measures MLX: with the BLAS serve would use
+        try:
+            reexec_with_chosen_blas(sys.orig_argv, os.environ)
+        except BlasSettingError as error:
+            print(f"error: invalid setting {error}", file=sys.stderr)
+            return EXIT_BAD_VALUE
     return args.func(args)
 
 
@@ -87,12 +91,11 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"error: invalid setting {label}: {error}", file=sys.stderr)
         return EXIT_BAD_VALUE
     try:
-        force_bundled = blas_mode(environ) == "bundled"
+        # Before MLX is imported: may replace this process with itself plus a fast BLAS.
+        blas_note = reexec_with_chosen_blas(sys.orig_argv, environ)
     except BlasSettingError as error:
         print(f"error: invalid setting {error}", file=sys.stderr)
         return EXIT_BAD_VALUE
-    # Before MLX is imported: may replace this process with itself plus OpenBLAS.
-    blas_note = reexec_with_openblas_if_available(sys.orig_argv, environ, force_bundled)
     from server.serve import serve  # MLX and uvicorn load only when serving
 
     failure = serve(settings, args.draft_block_size, dict(environ), flags, calibration, blas_note)

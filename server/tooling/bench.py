@@ -40,7 +40,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from drafter.diagnostics import SpeculativeConfig
 from policy import OVERRIDE_ENV_VARS
-from server.blas import BLAS_ENV, BLAS_MODES, blas_kind, find_openblas, plan_reexec, preloaded
+from server.blas import (
+    BLAS_ENV,
+    BLAS_MODES,
+    REEXEC_MARKER,
+    BlasSettingError,
+    blas_kind,
+    planned_environment,
+    preloaded,
+)
 from server.tooling.bench_record import (
     Arm,
     Request,
@@ -148,11 +156,15 @@ def server_environment(environ: Mapping[str, str], blas: str) -> dict[str, str]:
         p for p in (str(PACKAGE_ROOT), environ.get("PYTHONPATH", "")) if p
     )
     env[BLAS_ENV] = blas
+    env.pop(REEXEC_MARKER, None)
+    # Keep preloads that are not a BLAS (blas_kind calls any other library "reference").
+    env["LD_PRELOAD"] = " ".join(p for p in preloaded(env) if blas_kind(p) == "reference")
     if blas == "bundled":
-        kept = [p for p in preloaded(env) if blas_kind(p) == "reference"]
-        env["LD_PRELOAD"] = " ".join(kept)
         return env
-    planned, _ = plan_reexec(env, False, find_openblas())
+    try:
+        planned, _ = planned_environment(env)
+    except BlasSettingError as error:
+        raise BenchError(f"--blas {blas}: {error}") from error
     return planned if planned is not None else env
 
 

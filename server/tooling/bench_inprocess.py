@@ -20,7 +20,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.blas import reexec_with_openblas_if_available
+from server.blas import BLAS_ENV, BlasSettingError, reexec_with_chosen_blas
 from server.settings import default_cache_dir
 from server.tooling.bench import (
     BenchConfig,
@@ -111,8 +111,11 @@ def measure_widths(
 
 
 def use_chosen_blas(config: BenchConfig) -> str:
-    """Before MLX loads: re-exec with OpenBLAS under --blas auto (no-op if already done)."""
-    return reexec_with_openblas_if_available(sys.orig_argv, os.environ, config.blas == "bundled")
+    """Before MLX loads: re-exec with the BLAS --blas names (no-op if already done)."""
+    try:
+        return reexec_with_chosen_blas(sys.orig_argv, {**os.environ, BLAS_ENV: config.blas})
+    except BlasSettingError as error:
+        raise BenchError(f"--blas {config.blas}: {error}") from error
 
 
 def arms_from_samples(

@@ -10,7 +10,7 @@ import pytest
 
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
-from server.blas import BLAS_ENV, REEXEC_MARKER, find_openblas
+from server.blas import BLAS_ENV, REEXEC_MARKER, find_mkl, find_openblas
 from server.tooling.bench import (
     BenchConfig,
     BenchError,
@@ -162,9 +162,12 @@ def test_server_environment_drops_width_variables_and_sets_the_blas() -> None:
     assert "LLAMA_ARG_DRAFT_BLOCK_SIZE" not in bundled
     assert "DRAFTWISE_DRAFT_BLOCK_SIZE" not in bundled
     assert bundled[BLAS_ENV] == "bundled" and bundled["LD_PRELOAD"] == ""
-    auto = server_environment(environ, "auto")
-    assert auto["LD_PRELOAD"].split()[0] == str(find_openblas())
-    assert auto[REEXEC_MARKER] == "1"
+    openblas = server_environment({**environ, "LD_PRELOAD": "/opt/libfoo.so"}, "openblas")
+    assert openblas["LD_PRELOAD"] == f"{find_openblas()} /opt/libfoo.so"
+    assert openblas[REEXEC_MARKER] == "openblas"
+    mkl = server_environment({**environ, "LD_PRELOAD": str(find_openblas())}, "mkl")
+    assert mkl["LD_PRELOAD"] == str(find_mkl())  # the bench's own BLAS is not passed on
+    assert mkl[REEXEC_MARKER] == "mkl" and mkl["MKL_CBWR"] == "AUTO,STRICT"
 
 
 def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
