@@ -64,7 +64,9 @@ TABLE: tuple[TableEntry, ...] = (
         record="docs/benchmark_results/cpu-short-prompts.md",
         mlx_version="0.32.4",
         remeasure_when=(
-            "the served BLAS or weight dtype changes (measured: float32 target with OpenBLAS; "
+            "the served BLAS or weight dtype changes (measured: float32 target with OpenBLAS "
+            "on an AMD CPU and with strict MKL on an Intel CPU, where 3 beat classic by 1.43x "
+            "and 1.53x and 4 by 1.47x and 1.70x, see cpu-blas-mkl.md; "
             "with MLX's bundled reference BLAS or bfloat16 weights every width loses, see "
             "cpu-smollm2-135m-float32-reference-blas.md and cpu-smollm2-135m-bfloat16.md), "
             "MLX's CPU matmul path for a few rows changes, or the default drafter is "

@@ -18,7 +18,8 @@ backend_extra() {
 
 install_openblas() {
     # MLX's Linux CPU wheel bundles a slow reference BLAS; server/blas.py preloads
-    # OpenBLAS when it is installed. Best effort: never fail the set-up over it.
+    # MKL (the cpu extra) on Intel CPUs and OpenBLAS elsewhere, when it is installed.
+    # Best effort: never fail the set-up over it.
     [ "$(uname -s)" = Linux ] || return 0
     [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
     ls /usr/lib/*-linux-gnu/openblas-pthread/libblas.so.3 >/dev/null 2>&1 && return 0

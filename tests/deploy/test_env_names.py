@@ -13,8 +13,8 @@ from tests.deploy.deployfiles import DEPLOY, DOCKERFILES, ROOT, final_stage
 
 # Names of the server's kind: settings, llama.cpp-style aliases, width overrides.
 SERVER_NAME = re.compile(r"\b(?:DRAFTWISE|LLAMA|MLXCEL)_[A-Z0-9_]*[A-Z0-9]\b")
-# Set in the Deployment for libraries, not for draftwise: OpenBLAS reads it.
-LIBRARY_VARS = {"OPENBLAS_NUM_THREADS"}
+# Set in the Deployment for libraries, not for draftwise: MKL and OpenBLAS read them.
+LIBRARY_VARS = {"MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"}
 WIDTH_OVERRIDES = {
     "DRAFTWISE_DRAFT_BLOCK_SIZE",
     "LLAMA_ARG_DRAFT_BLOCK_SIZE",
