@@ -32,7 +32,8 @@ from pathlib import Path
 
 BLAS_ENV = "DRAFTWISE_BLAS"
 BLAS_MODES: tuple[str, ...] = ("auto", "mkl", "openblas", "bundled")
-# Set on the re-executed process (to the kind preloaded) so it never re-executes again.
+# Set on the re-executed process (to what was preloaded and why) so it never re-executes
+# again, and its startup log still says why.
 REEXEC_MARKER = "DRAFTWISE_BLAS_REEXEC"
 # Libraries that export the reference Fortran BLAS symbols under their plain names.
 OPENBLAS_CANDIDATES: tuple[str, ...] = (
@@ -199,12 +200,12 @@ def preloaded(environ: Mapping[str, str]) -> list[str]:
     return [p for p in environ.get("LD_PRELOAD", "").replace(":", " ").split() if p]
 
 
-def preload_environment(environ: Mapping[str, str], blas: Blas) -> dict[str, str]:
+def preload_environment(environ: Mapping[str, str], blas: Blas, why: str) -> dict[str, str]:
     """environ with `blas` first in LD_PRELOAD, its settings where the operator set none,
-    and the re-exec marker set."""
+    and the re-exec marker set to what was preloaded and `why`."""
     env = {**blas.settings, **environ}
     env["LD_PRELOAD"] = " ".join([str(blas.library), *preloaded(environ)])
-    env[REEXEC_MARKER] = blas.kind
+    env[REEXEC_MARKER] = f"{blas.kind} ({why})"
     return env
 
 
@@ -213,14 +214,15 @@ def plan_reexec(
 ) -> tuple[dict[str, str] | None, str]:
     """(environment to re-exec with, or None to carry on; why). Pure: the decision only."""
     if environ.get(REEXEC_MARKER):
-        return None, f"already re-executed with {environ[REEXEC_MARKER]} preloaded"
+        return None, f"re-executed with {environ[REEXEC_MARKER]} preloaded"
     if sys.platform != "linux":
         return None, f"not linux ({sys.platform}): MLX's own BLAS is kept"
     if blas is None:
         return None, why
     if any(os.path.realpath(p) == os.path.realpath(blas.library) for p in preloaded(environ)):
         return None, f"{blas.kind} already preloaded ({blas.library})"
-    return preload_environment(environ, blas), f"{why}: re-executing with LD_PRELOAD={blas.library}"
+    env = preload_environment(environ, blas, why)
+    return env, f"{why}: re-executing with LD_PRELOAD={blas.library}"
 
 
 def planned_environment(environ: Mapping[str, str]) -> tuple[dict[str, str] | None, str]:

@@ -75,7 +75,7 @@ def test_plain_mlx_process_uses_the_reference_blas_bundled_with_mlx() -> None:
 
 def test_openblas_setting_reexecs_with_openblas_preloaded_before_mlx_loads() -> None:
     child = run_child(clean_env(**{BLAS_ENV: "openblas"}))
-    assert child["reason"] == "already re-executed with openblas preloaded"
+    assert child["reason"] == f"re-executed with openblas ({BLAS_ENV}=openblas) preloaded"
     assert child["preload"].split()[0] == str(OPENBLAS)
     assert child["blas"].startswith("openblas (")
     assert child["value"] == 8 * 16 * 4
@@ -83,7 +83,7 @@ def test_openblas_setting_reexecs_with_openblas_preloaded_before_mlx_loads() -> 
 
 def test_mkl_setting_reexecs_with_mkl_in_strict_reproducible_mode() -> None:
     child = run_child(clean_env(**{BLAS_ENV: "mkl"}))
-    assert child["reason"] == "already re-executed with mkl preloaded"
+    assert child["reason"] == f"re-executed with mkl ({BLAS_ENV}=mkl) preloaded"
     assert child["preload"].split()[0] == str(MKL)
     assert child["cbwr"] == "AUTO,STRICT"
     assert child["blas"].startswith("mkl (") and child["blas"].endswith("MKL_CBWR=AUTO,STRICT")
@@ -99,7 +99,8 @@ def test_an_operators_own_mkl_cbwr_is_kept() -> None:
 def test_auto_reexecs_with_the_blas_this_cpu_gets() -> None:
     child = run_child(clean_env())
     kind = "mkl" if cpu_vendor() == "GenuineIntel" else "openblas"
-    assert child["reason"] == f"already re-executed with {kind} preloaded"
+    why = "MKL on an Intel CPU" if kind == "mkl" else "OpenBLAS"
+    assert child["reason"] == f"re-executed with {kind} (auto: {why}) preloaded"
     assert child["blas"].startswith(f"{kind} (")
 
 
@@ -140,7 +141,7 @@ def test_reexec_keeps_an_existing_preload_after_the_blas() -> None:
     assert env is not None
     assert reason == "auto: OpenBLAS: re-executing with LD_PRELOAD=/x/libblas.so.3"
     assert env["LD_PRELOAD"] == "/x/libblas.so.3 /opt/libfoo.so"
-    assert env[REEXEC_MARKER] == "openblas"
+    assert env[REEXEC_MARKER] == "openblas (auto: OpenBLAS)"
 
 
 def test_no_reexec_without_a_blas_to_preload_and_the_reason_is_kept() -> None:
@@ -149,8 +150,8 @@ def test_no_reexec_without_a_blas_to_preload_and_the_reason_is_kept() -> None:
 
 
 def test_no_second_reexec_once_marked() -> None:
-    env, reason = plan_reexec({REEXEC_MARKER: "mkl"}, OPEN, "auto")
-    assert env is None and reason == "already re-executed with mkl preloaded"
+    env, reason = plan_reexec({REEXEC_MARKER: "mkl (auto: MKL on an Intel CPU)"}, OPEN, "auto")
+    assert env is None and reason == "re-executed with mkl (auto: MKL on an Intel CPU) preloaded"
 
 
 def test_no_reexec_when_the_library_is_already_preloaded() -> None:

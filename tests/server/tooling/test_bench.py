@@ -164,10 +164,10 @@ def test_server_environment_drops_width_variables_and_sets_the_blas() -> None:
     assert bundled[BLAS_ENV] == "bundled" and bundled["LD_PRELOAD"] == ""
     openblas = server_environment({**environ, "LD_PRELOAD": "/opt/libfoo.so"}, "openblas")
     assert openblas["LD_PRELOAD"] == f"{find_openblas()} /opt/libfoo.so"
-    assert openblas[REEXEC_MARKER] == "openblas"
+    assert openblas[REEXEC_MARKER] == f"openblas ({BLAS_ENV}=openblas)"
     mkl = server_environment({**environ, "LD_PRELOAD": str(find_openblas())}, "mkl")
     assert mkl["LD_PRELOAD"] == str(find_mkl())  # the bench's own BLAS is not passed on
-    assert mkl[REEXEC_MARKER] == "mkl" and mkl["MKL_CBWR"] == "AUTO,STRICT"
+    assert mkl[REEXEC_MARKER] == f"mkl ({BLAS_ENV}=mkl)" and mkl["MKL_CBWR"] == "AUTO,STRICT"
 
 
 def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
