@@ -17,9 +17,4 @@ for d in $DRAFTERS; do
     | sed "s/^/{\"drafter\": \"$d\", \"p\": /; s/$/}/" >> /root/keep/profile.jsonl 2>> /root/keep/profile.log
 done
 cp /root/keep/profile.jsonl /root/keep/profile.log $OUT/ 2>/dev/null
-python3 -c "
-import json
-for line in open('/root/keep/profile.jsonl'):
-    r = json.loads(line); p = r['p']
-    print(r['drafter'], 'w', p['width'], 'round', p['round_ms'], 'verify', p['verify_ms'], 'draft', p['draft_ms'], 'step', p['step_ms'], 'acc', p['acceptance_length'], 'max', p['max_round_ms'])
-"
+python3 scripts/h200/profile_rows.py /root/keep/profile.jsonl

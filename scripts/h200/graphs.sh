@@ -21,13 +21,5 @@ for pass in $(seq ${PASSES:-2}); do
       >> $OUT/${NAME:-graphs}.jsonl 2>> $OUT/${NAME:-graphs}.log
   done
 done
-python3 - $OUT/${NAME:-graphs}.jsonl <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line); p = r["p"]
-    speed = p["acceptance_length"] * p["step_ms"] / p["round_ms"]
-    print(r["arm"], r["pass"], "w", p["width"], "round", p["round_ms"], "verify", p["verify_ms"],
-          "draft", p["draft_ms"], "step", p["step_ms"], "acc", p["acceptance_length"],
-          "x", round(speed, 2), "max", p["max_round_ms"])
-PY
+python3 scripts/h200/profile_rows.py $OUT/${NAME:-graphs}.jsonl
 tail -3 $OUT/${NAME:-graphs}.log

@@ -24,10 +24,5 @@ for arm in "bf16:" "q4:--model $Q4"; do
 done
 timeout 90 $P --width 4 --attention stable --max-tokens 512 --repeats 1 \
   | sed "s/^/{\"target\": \"bf16\", \"arm\": \"after-512\", \"p\": /; s/$/}/" >> $OUT/profile.jsonl 2>> $OUT/profile.log
-python3 -c "
-import json
-for line in open('$OUT/profile.jsonl'):
-    r = json.loads(line); p = r['p']
-    print(r['target'], r['arm'], 'w', p['width'], 'round', p['round_ms'], 'cold', p['round_ms_cold'], 'verify', p['verify_ms'], 'draft', p['draft_ms'], 'step', p['step_ms'], 'max', p['max_round_ms'], 'over2x', p['rounds_over_2x_median'], 'acc', p['acceptance_length'])
-"
+python3 scripts/h200/profile_rows.py $OUT/profile.jsonl
 tail -3 $OUT/profile.log

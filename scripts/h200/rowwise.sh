@@ -13,10 +13,5 @@ for arm in ${ARMS:-matrix rowwise}; do
   timeout ${PROFILE_S:-150} $P --width ${WIDTHS:-2,4,8,16} --linear $arm \
     | sed "s/^/{\"target\": \"bf16\", \"arm\": \"$arm\", \"p\": /; s/$/}/" >> $OUT/profile.jsonl 2>> $OUT/profile.log
 done
-python3 -c "
-import json
-for line in open('$OUT/profile.jsonl'):
-    r = json.loads(line); p = r['p']
-    print(r['target'], r['arm'], 'w', p['width'], 'round', p['round_ms'], 'verify', p['verify_ms'], 'draft', p['draft_ms'], 'step', p['step_ms'], 'acc', p['acceptance_length'], 'max', p['max_round_ms'], 'stages', p['stages_ms'])
-"
+python3 scripts/h200/profile_rows.py $OUT/profile.jsonl
 tail -3 $OUT/profile.log

@@ -9,12 +9,7 @@ MLX_CUDA_USE_CUDNN_SDPA=1 timeout 120 $P --width ${OLD_WIDTHS:-4,8} --attention 
   | sed 's/^/{"target": "bf16", "arm": "cudnn-stable-matrix", "p": /; s/$/}/' >> $OUT/profile.jsonl 2>> $OUT/profile.log
 timeout 200 $P --width ${NEW_WIDTHS:-2,4,8,16} --requests ${REQUESTS:-8} \
   | sed 's/^/{"target": "bf16", "arm": "vector-rowwise", "p": /; s/$/}/' >> $OUT/profile.jsonl 2>> $OUT/profile.log
-python3 -c "
-import json
-for line in open('$OUT/profile.jsonl'):
-    r = json.loads(line); p = r['p']
-    print(r['arm'], p['attention'], p['linear'], 'w', p['width'], 'round', p['round_ms'], 'verify', p['verify_ms'], 'draft', p['draft_ms'], 'step', p['step_ms'], 'acc', p['acceptance_length'], 'max', p['max_round_ms'], 'over2x', p['rounds_over_2x_median'], 'rest', p['rest_share'])
-"
+python3 scripts/h200/profile_rows.py $OUT/profile.jsonl
 tail -2 $OUT/profile.log
 timeout 120 python3 scripts/h200/serve_once.py > $OUT/serve-default.txt 2>&1
 grep dflash.config $OUT/serve-default.txt | cut -c1-900
