@@ -159,8 +159,6 @@ def server_environment(environ: Mapping[str, str], blas: str) -> dict[str, str]:
     env.pop(REEXEC_MARKER, None)
     # Keep preloads that are not a BLAS (blas_kind calls any other library "reference").
     env["LD_PRELOAD"] = " ".join(p for p in preloaded(env) if blas_kind(p) == "reference")
-    if blas == "bundled":
-        return env
     try:
         planned, _ = planned_environment(env)
     except BlasSettingError as error:

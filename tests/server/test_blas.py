@@ -36,9 +36,9 @@ from server.blas import blas_in_use, reexec_with_chosen_blas
 reason = reexec_with_chosen_blas(sys.orig_argv, os.environ)
 import mlx.core as mx
 value = (mx.ones((8, 16)) @ mx.ones((16, 4))).sum().item()
-print(json.dumps({{"reason": reason, "blas": blas_in_use(), "value": value,
+print(json.dumps({"reason": reason, "blas": blas_in_use(), "value": value,
                   "preload": os.environ.get("LD_PRELOAD", ""),
-                  "cbwr": os.environ.get("MKL_CBWR")}}))
+                  "cbwr": os.environ.get("MKL_CBWR")}))
 """
 OPEN = Blas("openblas", Path("/x/libblas.so.3"))
 
@@ -51,9 +51,13 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_child(env: dict[str, str]) -> dict:
-    code = CHILD.format()
     out = subprocess.run(
-        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", CHILD],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
