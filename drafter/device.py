@@ -8,6 +8,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from drafter.cpu_blas import bound_blas
 from drafter.files import config_value, read_config
 from policy import Device
 
@@ -27,9 +28,10 @@ _COMPRESSED_TENSORS_FORMATS: dict[str, str] = {
 
 
 def probe_device() -> Device:
-    """The backend MLX computes on by default and, on CUDA, its compute capability."""
+    """The backend MLX computes on by default and, on CUDA, its compute capability;
+    on CPU, the BLAS its matmul binds to."""
     if mx.default_device().type == mx.cpu:
-        return Device("cpu")
+        return Device("cpu", blas=bound_blas())
     if mx.cuda.is_available():
         return device_from_info("cuda", mx.device_info())
     return Device("metal")

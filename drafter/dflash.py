@@ -392,6 +392,11 @@ class DFlashDrafter:
             self.head = RestrictedHead(head_module(target), draft_vocab, args.vocab_size)
 
     @property
+    def head_tokens(self) -> int:
+        """How many tokens the draft head scores: its draft vocabulary, or all of them."""
+        return self.args.vocab_size if self.draft_vocab is None else len(self.draft_vocab)
+
+    @property
     def target_layer_ids(self) -> list[int]:
         return self.args.target_layer_ids
 

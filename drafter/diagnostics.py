@@ -34,6 +34,9 @@ class SpeculativeConfig(TypedDict):
     quantization: str | None
     attention: str  # multi-row attention: exact, stable or vector (drafter/attention.py)
     rowwise_linear: bool  # multi-row products as batched one-row ones (drafter/rowwise.py)
+    # tokens the draft head scores: its checkpoint's draft vocabulary, else the whole
+    # vocabulary; None without a drafter
+    draft_head_tokens: int | None
     exactness: str  # exact, rounding, differs, off, n/a (drafter/probe.py)
     divergences: NotRequired[int]  # these four when the probe ran (ProbeFields)
     max_margin: NotRequired[float | None]

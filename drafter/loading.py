@@ -89,7 +89,7 @@ class Loaded:
         """The fields of the `dflash.config` log line, /health and /v1/settings."""
         capability = self.device.compute_capability
         capability_text = None if capability is None else f"{capability[0]}.{capability[1]}"
-        cache = self.engine.prompt_cache
+        cache, drafter = self.engine.prompt_cache, self.engine.drafter
         config = SpeculativeConfig(
             block_size=self.resolution.width,
             source=self.resolution.source,
@@ -103,6 +103,7 @@ class Loaded:
             quantization=self.quantization,
             attention=self.engine.attention,
             rowwise_linear=self.engine.rowwise_linear,
+            draft_head_tokens=None if drafter is None else drafter.head_tokens,
             exactness=self.exactness,
             warm_up_s=self.warm_up_s,
             prompt_cache_bytes=0 if cache is None else cache.max_bytes,

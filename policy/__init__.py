@@ -10,6 +10,7 @@ from policy.entries import (
 )
 from policy.inputs import (
     BACKENDS,
+    CPU_BLAS,
     OVERRIDE_ENV_VARS,
     OVERRIDE_ORIGINS,
     QUANT_MODES,
@@ -24,6 +25,7 @@ from policy.table import TABLE
 
 __all__ = [
     "BACKENDS",
+    "CPU_BLAS",
     "KNOWN_DRAFTER_KINDS",
     "MIN_WIDTH",
     "OVERRIDE_ENV_VARS",

@@ -19,6 +19,8 @@ class TableEntry:
     width None means every width lost to classic decode there, so serve classic.
     record is the measurement it came from: a path under docs/benchmark_results/
     for the built-in table, or the calibration record for a local entry.
+    blas (CPU only) None means the entry holds whatever BLAS the CPU uses; an entry
+    that names the host's BLAS wins over one that does not (find_entry).
     """
 
     backend: str
@@ -29,10 +31,12 @@ class TableEntry:
     record: str
     mlx_version: str
     remeasure_when: str
+    blas: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise PolicyError(f"table entry backend {self.backend!r} is not one of {BACKENDS}")
+        Device(self.backend, self.compute_capability, self.blas)  # PolicyError if misplaced
         check_drafter_kind(self.drafter_kind)
         if self.width is not None and self.width < MIN_WIDTH:
             raise PolicyError(f"table entry width {self.width} is below {MIN_WIDTH}")
@@ -41,13 +45,22 @@ class TableEntry:
 
     @property
     def device(self) -> Device:
-        return Device(self.backend, self.compute_capability)
+        return Device(self.backend, self.compute_capability, self.blas)
+
+    @property
+    def key(self) -> tuple[Device, str | None, str]:
+        """What the entry answers for; a calibration replaces the entry with its key."""
+        return self.device, self.quantization, self.drafter_kind
 
     def matches(self, device: Device, quantization: str | None, drafter_kind: str) -> bool:
-        return (self.device, self.quantization, self.drafter_kind) == (
-            device,
-            quantization,
-            drafter_kind,
+        """Whether the entry applies to this host; an entry without a BLAS holds for any."""
+        same_blas = self.blas is None or self.blas == device.blas
+        here = (device.backend, device.compute_capability, quantization, drafter_kind)
+        return same_blas and here == (
+            self.backend,
+            self.compute_capability,
+            self.quantization,
+            self.drafter_kind,
         )
 
     def describe_key(self) -> str:
@@ -58,8 +71,11 @@ class TableEntry:
 def find_entry(
     entries: Iterable[TableEntry], device: Device, quantization: str | None, drafter_kind: str
 ) -> TableEntry | None:
-    """The first entry for exactly this device, quantization and drafter kind."""
-    return next((e for e in entries if e.matches(device, quantization, drafter_kind)), None)
+    """The first entry for this device, quantization and drafter kind; on CPU the first
+    that names the host's BLAS, else the first that names none."""
+    matching = [e for e in entries if e.matches(device, quantization, drafter_kind)]
+    named = [e for e in matching if e.blas is not None]
+    return (named or matching or [None])[0]
 
 
 def entry_to_dict(entry: TableEntry) -> dict[str, Any]:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from policy.inputs import BACKENDS, OVERRIDE_ENV_VARS, QUANT_MODES, Device, Override, PolicyError
+from policy.inputs import (
+    BACKENDS,
+    CPU_BLAS,
+    OVERRIDE_ENV_VARS,
+    QUANT_MODES,
+    Device,
+    Override,
+    PolicyError,
+)
 from policy.kinds import KNOWN_DRAFTER_KINDS
 from policy.overrides import overrides_from
 from policy.resolve import Resolution, resolve_width
@@ -21,6 +29,12 @@ def add_explain_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="MAJOR.MINOR",
         help="CUDA compute capability, e.g. 12.1 (GB10) or 9.0 (H200)",
+    )
+    parser.add_argument(
+        "--blas",
+        choices=CPU_BLAS,
+        default=None,
+        help="the BLAS MLX's CPU matmul binds to (cpu only; the server's /health names it)",
     )
     parser.add_argument(
         "--quant",
@@ -48,7 +62,7 @@ def run_explain(args: argparse.Namespace) -> int:
             overrides=_overrides(args),
             drafter_kind=args.drafter_kind,
             checkpoint_width=args.checkpoint_width,
-            device=Device(args.backend, args.compute_capability),
+            device=Device(args.backend, args.compute_capability, args.blas),
             quantization=None if args.quant == _NO_QUANT else args.quant,
             max_width=args.max_width,
         )

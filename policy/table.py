@@ -3,6 +3,7 @@
 An entry earns its place when its width beats classic decode with disjoint n = 3
 ranges in one session on a real pairing (docs/policy.md). width None records that
 every width lost there, so the host serves classic decode unless overridden.
+A CPU entry that names a BLAS wins over one that names none (policy.find_entry).
 """
 
 from __future__ import annotations
@@ -60,13 +61,31 @@ TABLE: tuple[TableEntry, ...] = (
         compute_capability=None,
         quantization=None,
         drafter_kind="dflash",
+        blas="mkl",
+        width=4,
+        record="docs/benchmark_results/cpu-short22-mkl.md",
+        mlx_version="0.32.4",
+        remeasure_when=(
+            "MKL's few-row sgemm changes (today 3 and 4 rows cost 1.07-1.08x one row under "
+            "MKL_CBWR=AUTO,STRICT, cpu-blas-mkl.md), the weight dtype changes, or the "
+            "default drafter is retrained (float32 target on an Intel Xeon: on the 22 short "
+            "prompts 4 beat classic by 1.47x and 3 by 1.43x, on the 7-prompt set 4 by 1.70x "
+            "and 3 by 1.53x, cpu-default-pair-mkl.md; 4's range lay above 3's in both; "
+            "MKL was not measured on an AMD CPU)"
+        ),
+    ),
+    TableEntry(
+        backend="cpu",
+        compute_capability=None,
+        quantization=None,
+        drafter_kind="dflash",
         width=3,
         record="docs/benchmark_results/cpu-short-prompts.md",
         mlx_version="0.32.4",
         remeasure_when=(
             "the served BLAS or weight dtype changes (measured: float32 target with OpenBLAS "
-            "on an AMD CPU and with strict MKL on an Intel CPU, where 3 beat classic by 1.43x "
-            "and 1.53x and 4 by 1.47x and 1.70x, see cpu-blas-mkl.md; "
+            "on an AMD CPU, and on an Intel CPU, where 3 beat classic by 1.30x and 4 by 1.37x "
+            "on the 7-prompt set, cpu-default-pair-openblas-intel.md; MKL has its own entry; "
             "with MLX's bundled reference BLAS or bfloat16 weights every width loses, see "
             "cpu-smollm2-135m-float32-reference-blas.md and cpu-smollm2-135m-bfloat16.md), "
             "MLX's CPU matmul path for a few rows changes, or the default drafter is "

@@ -345,9 +345,40 @@ def held_out_prompts(kind: str, count: int, seed: int = 0) -> list[str]:
     return [p.text for p in held_out if p.kind == kind][:count]
 
 
+HELD_OUT_FILE_ABOUT = (
+    "Held-out prompts for draftwise bench --prompts-file: the first {n} held-out prompts of "
+    "each kind (code, prose, chat) from the stdlib split of scripts/make_train_data.py "
+    "(CPython {python}, seed 0), as the training script's own evaluation takes them; no "
+    "training prompt is drawn from their sources. Written by `python "
+    "scripts/make_train_data.py --held-out-file PATH --per-kind {n}`; "
+    "tests/server/tooling/test_prompt_files.py keeps it equal to its source."
+)
+
+
+def held_out_file(per_kind: int, seed: int = 0) -> dict[str, object]:
+    """The bench prompts file of `per_kind` held-out prompts per kind, kinds named."""
+    import platform
+
+    _, held_out = split(build_prompts(seed))
+    by_kind = {kind: [p for p in held_out if p.kind == kind] for kind in ("code", "prose", "chat")}
+    chosen = [p for prompts in by_kind.values() for p in prompts[:per_kind]]
+    python = ".".join(platform.python_version_tuple()[:2])
+    return {
+        "about": HELD_OUT_FILE_ABOUT.format(n=per_kind, python=python),
+        "kinds": [p.kind for p in chosen],
+        "prompts": [p.text for p in chosen],
+    }
+
+
 if __name__ == "__main__":
+    import json
     import sys
 
+    if "--held-out-file" in sys.argv:
+        path = Path(sys.argv[sys.argv.index("--held-out-file") + 1])
+        per_kind = int(sys.argv[sys.argv.index("--per-kind") + 1])
+        path.write_text(json.dumps(held_out_file(per_kind), indent=1) + "\n")
+        sys.exit(0)
     all_prompts = build_prompts(site="--site" in sys.argv)
     train, held = split(all_prompts)
     for name, part in (("train", train), ("held_out", held)):

@@ -1,4 +1,7 @@
-"""Which BLAS MLX's CPU backend calls, and switching to a fast installed one.
+"""Choosing a fast installed BLAS for MLX's CPU backend, and preloading it.
+
+(drafter/cpu_blas.py reads which one the process then binds; the width policy keys
+CPU entries on it.)
 
 The Linux `mlx[cpu]` wheel links the reference netlib BLAS it bundles
 (`mlx_cpu.libs/libblas-*.so`): float32 matmul runs at a few GFLOP/s. Intel's
@@ -22,7 +25,6 @@ OpenBLAS when installed, else the bundled BLAS), mkl, openblas, or bundled
 
 from __future__ import annotations
 
-import ctypes
 import glob
 import os
 import sys
@@ -49,7 +51,6 @@ MKL_CANDIDATES: tuple[str, ...] = (
     "/opt/intel/oneapi/mkl/latest/lib/libmkl_rt.so.*",
 )
 MKL_SETTINGS: dict[str, str] = {"MKL_CBWR": "AUTO,STRICT"}
-_PROBE_SYMBOL = "sgemm_"
 
 
 @dataclass(frozen=True)
@@ -126,74 +127,6 @@ def choose_blas(
     if found["openblas"] is not None:
         return found["openblas"], "auto: OpenBLAS"
     return None, "auto: no MKL or OpenBLAS installed, keeping the BLAS bundled with MLX"
-
-
-def mapped_libraries(maps_path: str = "/proc/self/maps") -> list[str]:
-    """Shared objects mapped into this process, in first-mapped order, from /proc/self/maps."""
-    try:
-        lines = Path(maps_path).read_text().splitlines()
-    except OSError:
-        return []
-    seen: dict[str, None] = {}
-    for line in lines:
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6 and parts[5].startswith("/") and ".so" in parts[5]:
-            seen.setdefault(parts[5], None)
-    return list(seen)
-
-
-def blas_kind(path: str) -> str:
-    name = os.path.basename(os.path.realpath(path)).lower()
-    for kind in ("openblas", "mkl", "blis", "accelerate"):
-        if kind in name or kind in path.lower():
-            return kind
-    return "reference"
-
-
-def blas_in_use(maps_path: str = "/proc/self/maps") -> str:
-    """`<kind> (<path>)` of the BLAS that MLX's CPU calls bind to in this process
-    (MKL's also names its reproducibility setting, which exactness rests on).
-
-    A BLAS in the global symbol scope (LD_PRELOAD, or linked by the executable)
-    wins over the copy the MLX wheel loads privately, so ask the dynamic linker
-    who provides `sgemm_` globally first; otherwise report the mapped BLAS
-    library (the MLX wheel's own). "none loaded" before MLX is imported.
-    """
-    provider = _global_symbol_provider(_PROBE_SYMBOL)
-    if provider is not None:
-        kind = blas_kind(provider)
-        cnr = f" MKL_CBWR={os.environ.get('MKL_CBWR', '')}" if kind == "mkl" else ""
-        return f"{kind} ({os.path.realpath(provider)}){cnr}"
-    for path in mapped_libraries(maps_path):
-        name = os.path.basename(path)
-        if name.startswith(("libblas", "libopenblas", "libmkl_rt", "libblis")):
-            return f"{blas_kind(path)} ({path})"
-    return "none loaded"
-
-
-def _global_symbol_provider(symbol: str) -> str | None:
-    """The file that provides `symbol` in the global scope (dlsym(RTLD_DEFAULT) + dladdr)."""
-
-    class DlInfo(ctypes.Structure):
-        _fields_ = [
-            ("dli_fname", ctypes.c_char_p),
-            ("dli_fbase", ctypes.c_void_p),
-            ("dli_sname", ctypes.c_char_p),
-            ("dli_saddr", ctypes.c_void_p),
-        ]
-
-    try:
-        process = ctypes.CDLL(None)
-        function = getattr(process, symbol)
-        dladdr = process.dladdr
-    except (AttributeError, OSError):
-        return None
-    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
-    info = DlInfo()
-    address = ctypes.cast(function, ctypes.c_void_p).value
-    if not dladdr(address, ctypes.byref(info)) or not info.dli_fname:
-        return None
-    return info.dli_fname.decode()
 
 
 def preloaded(environ: Mapping[str, str]) -> list[str]:

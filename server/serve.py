@@ -9,10 +9,10 @@ from typing import Any
 import structlog
 import uvicorn
 
+from drafter.cpu_blas import blas_in_use
 from drafter.loading import Loaded, LoadOptions, load_engine
 from policy import TableEntry
 from server.app import create_app
-from server.blas import blas_in_use
 from server.logs import configure_logging
 from server.metrics import Metrics
 from server.plan import ModelFacts

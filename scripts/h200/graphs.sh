@@ -7,7 +7,7 @@
 # arm profiles the bf16 default pair in process (`draftwise profile`), arms
 # interleaved over PASSES passes (ABCD, DCBA, ...). A served sweep under an arm's
 # environment is scripts/h200/served.sh with that variable set.
-cp .payload06/* /root/keep/ 2>/dev/null
+cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import mlx.core as mx; print(mx.__version__, mx.device_info())"; } > $OUT/device.txt 2>&1

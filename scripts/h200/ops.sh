@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 call: op chains at 1-16 rows with cuDNN attention on and off (scripts/h200/ops.py),
 # the 4-bit target's forward per arm, and the bf16 forward with cuDNN attention off.
-cp .payload06/* /root/keep/ 2>/dev/null
+cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 timeout 100 python3 scripts/h200/ops.py 20 > $OUT/ops.jsonl 2> $OUT/ops.log
 MLX_CUDA_USE_CUDNN_SDPA=0 timeout 100 python3 scripts/h200/ops.py 20 nocudnn >> $OUT/ops.jsonl 2>> $OUT/ops.log

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # H200 call: round cost before (exact-length keys) and after (stable keys), bf16 default
 # pair and the 4-bit g32 target, per-stage profiles at widths 2, 4, 8, 16.
-cp .payload4/* /root/keep/ 2>/dev/null
+cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"; } > $OUT/device.txt 2>&1

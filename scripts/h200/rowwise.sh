@@ -2,7 +2,7 @@
 # H200 call: rowwise products against the matrix kernels. The forward's time per row
 # count and its distance from one-row steps (scripts/h200/rowwise.py), then per-stage
 # profiles of the default pair (bf16) at widths 2, 4, 8, 16 with each arm.
-cp .payload06/* /root/keep/ 2>/dev/null
+cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"; } > $OUT/device.txt 2>&1

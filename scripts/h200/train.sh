@@ -5,7 +5,7 @@
 # LAYERS (default "5"), INIT (a drafter dir to start from; default the shipped one, ""
 # for a fresh start), SEED (which training windows and sampled user turns; the held-out
 # split is by path hash and does not move), LR, DATA_S, BUDGET_S, SELF_CHAT tune the run.
-cp .payload06/* /root/keep/ 2>/dev/null
+cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
 python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \

@@ -2,7 +2,7 @@
 # H200 call: vector attention + rowwise products (the new CUDA default) against cuDNN
 # with stable keys and matrix products (the previous default): per-stage profiles of
 # the default pair (bf16), then the served default's dflash.config line (its probe).
-cp .payload06/* /root/keep/ 2>/dev/null
+cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 P="python3 -m server.cli profile --json --draft-model drafter/default_pair --max-tokens 128 --repeats 2"
 MLX_CUDA_USE_CUDNN_SDPA=1 timeout 120 $P --width ${OLD_WIDTHS:-4,8} --attention stable --linear matrix \

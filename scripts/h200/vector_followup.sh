@@ -10,7 +10,7 @@ if [ "${ARM:-q4}" = q4 ]; then
 print(ensure_smollm2(None, 'bfloat16', quantize_bits=4))" 2>/dev/null | tail -1)
   timeout 560 python3 -m server.cli bench --interleave --model "$Q4" --draft-model drafter/default_pair \
     --widths ${WIDTHS:-4,8} -n 3 --warmup 1 --max-tokens 128 --out-dir $OUT --name ${NAME:-h200-q4g32-vector} \
-    --prompts-file server/tooling/eval_prompts.json 2>&1 | grep -A 8 "^## Results"
+    --prompts-file ${PROMPTS:-server/tooling/eval_prompts.json} 2>&1 | sed -n "/^## Results/,/^## By prompt/p"
 else
   for cudnn in 0 1; do
     MLX_CUDA_USE_CUDNN_SDPA=$cudnn timeout 270 python3 -m server.tooling.load_sweep --clients 1,4,8 \

@@ -38,6 +38,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from drafter.cpu_blas import blas_kind
 from drafter.diagnostics import SpeculativeConfig
 from policy import OVERRIDE_ENV_VARS
 from server.blas import (
@@ -45,7 +46,6 @@ from server.blas import (
     BLAS_MODES,
     REEXEC_MARKER,
     BlasSettingError,
-    blas_kind,
     planned_environment,
     preloaded,
 )
@@ -72,6 +72,9 @@ DEFAULT_PROMPTS: tuple[str, ...] = (
 EVAL_PROMPTS = Path(__file__).with_name("eval_prompts.json")
 # All 22 short evaluation prompts of the drafter issue (code, prose, chat).
 SHORT_PROMPTS_FILE = Path(__file__).with_name("short_prompts.json")
+# The first 16 held-out prompts of each kind (code, prose, chat): the drafter issue's
+# held-out acceptance, measured served.
+HELD_OUT_PROMPTS_FILE = Path(__file__).with_name("heldout_prompts.json")
 SERVER_MODE = "server (one draftwise serve process per arm, one arm after another)"
 SERVER_INTERLEAVED_MODE = (
     "server, interleaved (one draftwise serve process per arm, all up at once; "
@@ -80,7 +83,7 @@ SERVER_INTERLEAVED_MODE = (
 SERVE_ENTRY = "import sys; from server.cli import main; sys.exit(main())"
 HOST_PROBE = """
 import json, os, sys
-from server.blas import blas_in_use
+from drafter.cpu_blas import blas_in_use
 import mlx.core as mx
 info = {k: (v if isinstance(v, (int, float, str, bool)) else str(v))
         for k, v in mx.device_info().items()}
@@ -99,6 +102,7 @@ class BenchError(RuntimeError):
 class BenchConfig:
     widths: tuple[int, ...] = DEFAULT_WIDTHS
     prompts: tuple[str, ...] = DEFAULT_PROMPTS
+    prompt_kinds: tuple[str, ...] | None = None  # one per prompt, from a --prompts-file
     max_tokens: int = 128
     n: int = 3
     warmup: int = 1
@@ -500,6 +504,7 @@ def sweep_setup(
         "temperature": 0.0,
         "ignore_eos": True,
         "prompts": list(config.prompts),
+        **({"prompt_kinds": list(config.prompt_kinds)} if config.prompt_kinds else {}),
     }
 
 
@@ -646,16 +651,34 @@ def git_commit() -> str | None:
 # ---- CLI -------------------------------------------------------------------------------
 
 
-def _prompts_file(value: str) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class PromptsFile:
+    """A --prompts-file: its prompts and, when it names them, each prompt's kind
+    (code, prose, chat, ...), which the record then sums up per kind."""
+
+    prompts: tuple[str, ...]
+    kinds: tuple[str, ...] | None = None
+
+
+def _prompts_file(value: str) -> PromptsFile:
     try:
-        prompts = json.loads(Path(value).read_text())["prompts"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        data = json.loads(Path(value).read_text())
+        prompts, kinds = data["prompts"], data.get("kinds")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise argparse.ArgumentTypeError(f"--prompts-file {value}: {exc}") from exc
     if not prompts or not all(isinstance(p, str) and p for p in prompts):
         raise argparse.ArgumentTypeError(
             f"--prompts-file {value}: 'prompts' must be a non-empty list of non-empty strings"
         )
-    return tuple(prompts)
+    if kinds is not None and (
+        not isinstance(kinds, list)
+        or len(kinds) != len(prompts)
+        or not all(isinstance(k, str) and k for k in kinds)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"--prompts-file {value}: 'kinds' must name one kind per prompt ({len(prompts)})"
+        )
+    return PromptsFile(tuple(prompts), None if kinds is None else tuple(kinds))
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
@@ -672,8 +695,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="JSON",
         help=(
-            f'prompts from a JSON file ({{"prompts": [...]}}), e.g. {EVAL_PROMPTS} '
-            f"or {SHORT_PROMPTS_FILE}"
+            f'prompts from a JSON file ({{"prompts": [...], "kinds": [...] optional}}), e.g. '
+            f"{EVAL_PROMPTS}, {SHORT_PROMPTS_FILE} or {HELD_OUT_PROMPTS_FILE}"
         ),
     )
     parser.add_argument("--max-tokens", type=int, default=128, help="token budget per request")
@@ -710,10 +733,16 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _prompts(args: argparse.Namespace) -> tuple[str, ...]:
+    from_file = args.prompts_file.prompts if args.prompts_file else ()
+    return tuple(args.prompt or ()) + from_file or DEFAULT_PROMPTS
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     return BenchConfig(
         widths=tuple(args.widths),
-        prompts=tuple(args.prompt or ()) + tuple(args.prompts_file or ()) or DEFAULT_PROMPTS,
+        prompts=_prompts(args),
+        prompt_kinds=None if args.prompt or not args.prompts_file else args.prompts_file.kinds,
         max_tokens=args.max_tokens,
         n=args.n,
         warmup=args.warmup,

@@ -271,6 +271,7 @@ def render_markdown(record: dict[str, Any]) -> str:
             f"{'' if arm['stable'] else ' (unstable)'} |"
         )
     lines += ["", control_sentence(control), ""]
+    lines += per_kind_table(record)
     lines += per_prompt_table(record)
     lines += [
         "Acceptance length is (accepted drafts + bonus tokens) / rounds from the server's "
@@ -309,6 +310,37 @@ def per_prompt_table(record: dict[str, Any]) -> list[str]:
         lines.append(f"| {arm['label']} | {' | '.join(cells)} |")
     starts = "; ".join(f"prompt {i + 1}: {json.dumps(p[:60])}..." for i, p in enumerate(prompts))
     return [*lines, "", f"Prompts (full text in Setup): {starts}", ""]
+
+
+def per_kind_table(record: dict[str, Any]) -> list[str]:
+    """Acceptance length and tok/s by prompt kind, when the prompts file names kinds:
+    pooled over the kind's requests, with the range of its prompts' acceptance."""
+    kinds = record["setup"].get("prompt_kinds")
+    if not kinds:
+        return []
+    order = list(dict.fromkeys(kinds))
+    header = " | ".join(f"{k} ({kinds.count(k)}): acceptance [range], tok/s" for k in order)
+    lines = ["## By kind", "", f"| arm | {header} |", "|---" * (len(order) + 1) + "|"]
+    for arm in record["arms"]:
+        cells = []
+        for kind in order:
+            indices = [i for i, k in enumerate(kinds) if k == kind]
+            requests = [r for run in arm["runs"] for r in run if r["prompt_index"] in indices]
+            rounds = sum(r["rounds"] for r in requests)
+            pooled = (sum(r["accepted"] for r in requests) + rounds) / rounds if rounds else None
+            each = [a for i in indices if (a := per_prompt_acceptance(arm, i)) is not None]
+            spread = f" [{min(each):.2f}-{max(each):.2f}]" if each else ""
+            seconds = sum(r["e2e_s"] for r in requests)
+            tok_s = sum(r["tokens"] for r in requests) / seconds if seconds else None
+            cells.append(f"{_fmt(pooled)}{spread}, {_fmt(tok_s)}")
+        lines.append(f"| {arm['label']} | {' | '.join(cells)} |")
+    return [
+        *lines,
+        "",
+        "Acceptance per kind: all its requests' (accepted + rounds) / rounds; "
+        "the range is over its prompts.",
+        "",
+    ]
 
 
 def control_sentence(control: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from policy import (
+    CPU_BLAS,
     KNOWN_DRAFTER_KINDS,
     PolicyError,
     TableEntry,
@@ -45,7 +46,7 @@ class Inconclusive(Exception):
 
 def merge_entries(existing: Sequence[TableEntry], new: TableEntry) -> tuple[TableEntry, ...]:
     """`new` replaces an entry with the same key; entries for other keys are kept."""
-    kept = [e for e in existing if not e.matches(new.device, new.quantization, new.drafter_kind)]
+    kept = [e for e in existing if e.key != new.key]
     return (*kept, new)
 
 
@@ -55,17 +56,19 @@ def entry_from_record(record: dict[str, Any], record_path: str, drafter_kind: st
     if width is None and not all_widths_lose(record):
         raise Inconclusive(_inconclusive_reason(record))
     setup, host = record["setup"], record["host"]
+    blas = str(host.get("blas", "?")).split(" ")[0]
     return TableEntry(
         backend=setup["backend"],
         compute_capability=_capability(setup.get("compute_capability")),
+        blas=blas if setup["backend"] == "cpu" and blas in CPU_BLAS else None,
         quantization=setup.get("quantization"),
         drafter_kind=drafter_kind,
         width=width,
         record=record_path,
         mlx_version=str(host.get("mlx")),
         remeasure_when=(
-            f"the target, drafter, target dtype ({setup.get('dtype')}), BLAS "
-            f"({str(host.get('blas', '?')).split(' ')[0]}) or MLX version changes: "
+            f"the target, drafter, target dtype ({setup.get('dtype')}), BLAS ({blas}) "
+            "or MLX version changes: "
             "rerun draftwise calibrate"
         ),
     )

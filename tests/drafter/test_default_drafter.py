@@ -71,6 +71,8 @@ def test_shipped_drafter_loads_against_the_converted_target(
     target: tuple[nn.Module, TokenizerWrapper],
 ) -> None:
     drafter = load_drafter(DRAFTER_DIR, target[0])
+    assert drafter.head_tokens == 16384  # its draft vocabulary (draft_vocab.json)
+    assert load_drafter(DRAFTER_DIR, target[0], draft_vocab=False).head_tokens == 49152
     assert drafter.target_layer_ids == [1, 8, 14, 20, 27]
     assert drafter.max_width == 16
     assert drafter.mask_token_id == 16

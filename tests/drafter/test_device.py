@@ -10,7 +10,13 @@ import pytest
 from mlx_lm.utils import quantize_model, save_config
 
 from drafter.checkpoints.tiny import QWEN3, build_model
-from drafter.device import device_from_info, probe_device, quantization_of, read_quantization
+from drafter.cpu_blas import bound_blas
+from drafter.device import (
+    device_from_info,
+    probe_device,
+    quantization_of,
+    read_quantization,
+)
 from policy import Device, overrides_from, resolve_width
 
 # What mx.device_info() reported on an NVIDIA H200 (shared/CUDA.md).
@@ -33,9 +39,10 @@ def saved_model_dir(tmp_path: Path, config: dict[str, Any]) -> Path:
     return tmp_path
 
 
-def test_probe_device_on_this_cpu_host_is_cpu_without_a_compute_capability() -> None:
+def test_probe_device_on_this_cpu_host_is_cpu_with_its_blas_and_no_compute_capability() -> None:
     assert mx.default_device().type == mx.cpu
-    assert probe_device() == Device("cpu", None)
+    assert bound_blas() is not None
+    assert probe_device() == Device("cpu", None, bound_blas())
 
 
 def test_this_cpu_device_info_gives_no_compute_capability() -> None:
@@ -114,4 +121,5 @@ def test_probed_unmeasured_quantization_resolves_to_the_default_here(tmp_path: P
         max_width=16,
     )
     assert (resolution.width, resolution.source) == (16, "default")
-    assert resolution.reason == "cpu mxfp4 dflash: no measured entry; dflash default"
+    key = f"cpu {bound_blas()} mxfp4 dflash"
+    assert resolution.reason == f"{key}: no measured entry; dflash default"

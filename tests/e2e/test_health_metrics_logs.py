@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from tests.cpu_entry import CPU_RECORD, CPU_WIDTH
+from tests.cpu_entry import CPU_BLAS, CPU_RECORD, CPU_WIDTH
 from tests.e2e.serverproc import ServerProcess
 
 
@@ -16,8 +16,10 @@ def test_health_reports_model_backend_and_the_width_resolution(server: ServerPro
     assert health["model"] == "tiny-qwen3-seed0"
     assert health["backend"] == "cpu"
     speculative = health["speculative"]
-    # The measured entry for an unquantized target on CPU (policy/table.py).
+    # The measured entry for an unquantized target on CPU with this BLAS (policy/table.py).
+    assert health["blas"].startswith(f"{CPU_BLAS} (")
     assert (speculative["block_size"], speculative["source"]) == (CPU_WIDTH, "policy")
+    assert speculative["reason"].startswith(f"cpu {CPU_BLAS} unquantized dflash: measured")
     assert speculative["drafter"] == "none" and speculative["speculative"] is False
 
 
@@ -49,6 +51,7 @@ def test_startup_and_dflash_config_lines_are_json(server: ServerProcess) -> None
     assert resolved == (CPU_WIDTH, "policy", "cpu")
     assert CPU_RECORD in config["reason"]
     assert config["quantization"] is None
+    assert config["draft_head_tokens"] is None  # no drafter
     assert events["server.ready"]["model"] == "tiny-qwen3-seed0"
 
 

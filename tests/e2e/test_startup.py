@@ -12,6 +12,7 @@ import pytest
 
 from drafter.dflash import write_random_drafter
 from drafter.probe import PROBE_PROMPTS
+from tests.cpu_entry import CPU_BLAS
 from tests.e2e.serverproc import ServerProcess, clean_environ, free_port, run_to_exit
 
 DRAFTER_MAX = 8
@@ -229,4 +230,5 @@ def test_an_unmeasured_configuration_logs_the_dflash_default_with_no_override(
         server.stop()
     assert (config["block_size"], config["source"]) == (16, "default")
     assert (config["backend"], config["quantization"]) == ("cpu", "mxfp4")
-    assert config["reason"] == "cpu mxfp4 dflash: no measured entry; dflash default"
+    key = f"cpu {CPU_BLAS} mxfp4 dflash"  # the key names the BLAS the server bound
+    assert config["reason"] == f"{key}: no measured entry; dflash default"

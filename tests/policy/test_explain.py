@@ -54,6 +54,20 @@ def test_explain_gives_this_cpus_measured_answer_and_its_record(
     assert "docs/benchmark_results/cpu-short-prompts.md" in out
 
 
+def test_explain_gives_a_cpu_with_mkl_its_own_entry(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = explain(capsys, "--backend", "cpu", "--blas", "mkl")
+    assert code == 0
+    assert out.splitlines()[:2] == ["width: 4", "source: policy"]
+    assert "reason: cpu mkl unquantized dflash: measured" in out
+    assert "docs/benchmark_results/cpu-short22-mkl.md" in out
+
+
+def test_explain_refuses_a_blas_off_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = explain(capsys, "--backend", "cuda", "--blas", "mkl")
+    assert (code, out) == (2, "")
+    assert err.startswith("error: blas applies to cpu only, not cuda")
+
+
 def test_explain_shows_the_winning_override_and_the_ignored_ones(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -68,10 +68,24 @@ def test_metal_hosts_get_the_dflash_default(quantization: str | None) -> None:
     assert resolution.reason == f"metal {quant} dflash: no measured entry; dflash default"
 
 
-def test_an_unquantized_target_on_cpu_gets_the_measured_width_3() -> None:
-    resolution = resolve(Device("cpu"), None)
+@pytest.mark.parametrize("blas", [None, "openblas", "reference", "blis"])
+def test_an_unquantized_target_on_cpu_gets_the_measured_width_3(blas: str | None) -> None:
+    resolution = resolve(Device("cpu", blas=blas), None)
     assert (resolution.width, resolution.source) == (3, "policy")
     assert "cpu-short-prompts.md" in resolution.reason
+    assert resolution.reason.startswith(f"cpu {blas} unquantized" if blas else "cpu unquantized")
+
+
+def test_an_unquantized_target_on_cpu_with_mkl_gets_its_own_measured_width_4() -> None:
+    resolution = resolve(Device("cpu", blas="mkl"), None)
+    assert (resolution.width, resolution.source) == (4, "policy")
+    assert resolution.reason.startswith("cpu mkl unquantized dflash: measured")
+    assert "cpu-short22-mkl.md" in resolution.reason
+
+
+def test_a_4bit_target_on_cpu_with_mkl_keeps_the_classic_entry_for_any_blas() -> None:
+    resolution = resolve(Device("cpu", blas="mkl"), "affine")
+    assert (resolution.width, resolution.source) == (None, "policy")
 
 
 def test_a_4bit_affine_target_on_cpu_is_served_classic_where_every_width_lost() -> None:
@@ -245,9 +259,11 @@ def test_a_drafter_maximum_below_2_is_an_error() -> None:
         resolve(Device("cpu"), None, max_width=1)
 
 
-def test_a_compute_capability_off_cuda_is_an_error() -> None:
+def test_a_compute_capability_off_cuda_or_a_blas_off_cpu_is_an_error() -> None:
     with pytest.raises(PolicyError, match="compute capability applies to cuda only, not metal"):
         Device("metal", (9, 0))
+    with pytest.raises(PolicyError, match="blas applies to cpu only"):
+        Device("cuda", (9, 0), "mkl")
 
 
 def test_an_unknown_backend_is_an_error_naming_it() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ def test_the_table_holds_exactly_the_recorded_entries() -> None:
         (Device("cuda", (12, 1)), "affine", "dflash", 4),  # published GB10 sweep
         (Device("cuda", (9, 0)), None, "dflash", 8),  # H200, bf16 default pair
         (Device("cuda", (9, 0)), "affine", "dflash", 4),  # H200, 4-bit g32 default pair
-        (Device("cpu"), None, "dflash", 3),  # this CPU, float32 + OpenBLAS, short prompts
+        (Device("cpu", blas="mkl"), None, "dflash", 4),  # Intel Xeon, float32, strict MKL
+        (Device("cpu"), None, "dflash", 3),  # float32, any other BLAS (OpenBLAS measured)
         (Device("cpu"), "affine", "dflash", None),  # this CPU, 4-bit: every width lost
     ]
     assert TABLE[0].mlx_version == "81ba1c6a"
@@ -85,12 +87,31 @@ def test_find_entry_matches_device_quantization_and_kind_exactly() -> None:
     assert find_entry([h200], Device("cuda"), "nvfp4", "dflash") is None
 
 
+def test_a_cpu_entry_naming_the_hosts_blas_wins_over_one_naming_none() -> None:
+    cpu = {"backend": "cpu", "compute_capability": None, "quantization": None}
+    any_blas, mkl = entry(**cpu, width=3), entry(**cpu, blas="mkl", width=4)
+    for order in ([any_blas, mkl], [mkl, any_blas]):
+        assert find_entry(order, Device("cpu", blas="mkl"), None, "dflash") == mkl
+        assert find_entry(order, Device("cpu", blas="openblas"), None, "dflash") == any_blas
+        assert find_entry(order, Device("cpu"), None, "dflash") == any_blas
+    assert find_entry([mkl], Device("cpu", blas="openblas"), None, "dflash") is None
+
+
 def test_entries_round_trip_through_a_policy_file() -> None:
     entries = (
         entry(),
         entry(backend="cpu", compute_capability=None, quantization=None, width=None),
+        entry(backend="cpu", compute_capability=None, blas="openblas"),
     )
     assert entries_from_json(entries_to_json(entries)) == entries
+
+
+def test_a_policy_file_from_before_blas_keys_loads_and_holds_for_any_blas() -> None:
+    data = json.loads(entries_to_json([entry(backend="cpu", compute_capability=None)]))
+    del data["entries"][0]["blas"]
+    (loaded,) = entries_from_json(json.dumps(data))
+    assert loaded.blas is None
+    assert loaded.matches(Device("cpu", blas="reference"), "nvfp4", "dflash")
 
 
 @pytest.mark.parametrize(
@@ -114,6 +135,8 @@ def test_a_malformed_policy_file_is_an_error(text: str, problem: str) -> None:
         ({"backend": "tpu"}, "backend 'tpu'"),
         ({"drafter_kind": "medusa"}, "drafter kind 'medusa'"),
         ({"record": ""}, "no measurement record"),
+        ({"blas": "mkl"}, "blas applies to cpu only, not cuda"),
+        ({"backend": "cpu", "compute_capability": None, "blas": "atlas"}, "blas 'atlas'"),
     ],
 )
 def test_an_invalid_entry_is_refused_when_it_is_written(

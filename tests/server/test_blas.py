@@ -1,4 +1,5 @@
-"""BLAS detection and the OpenBLAS re-exec, checked in real child processes."""
+"""The BLAS re-exec, and what the process then binds and the width policy sees,
+checked in real child processes."""
 
 from __future__ import annotations
 
@@ -16,27 +17,29 @@ from server.blas import (
     REEXEC_MARKER,
     Blas,
     BlasSettingError,
-    blas_kind,
     blas_mode,
     choose_blas,
     cpu_vendor,
     find_mkl,
     find_openblas,
-    mapped_libraries,
     plan_reexec,
 )
 
 REPO = Path(__file__).resolve().parents[2]
 OPENBLAS = find_openblas()
 MKL = find_mkl()
-# A child that optionally re-execs, then imports MLX, multiplies, and reports.
+# A child that optionally re-execs, then imports MLX, multiplies, and reports what it
+# bound and what the width policy sees.
 CHILD = """
 import json, os, sys
-from server.blas import blas_in_use, reexec_with_chosen_blas
+from server.blas import reexec_with_chosen_blas
 reason = reexec_with_chosen_blas(sys.orig_argv, os.environ)
 import mlx.core as mx
+from drafter.cpu_blas import blas_in_use
+from drafter.device import probe_device
 value = (mx.ones((8, 16)) @ mx.ones((16, 4))).sum().item()
 print(json.dumps({"reason": reason, "blas": blas_in_use(), "value": value,
+                  "policy_blas": probe_device().blas,
                   "preload": os.environ.get("LD_PRELOAD", ""),
                   "cbwr": os.environ.get("MKL_CBWR")}))
 """
@@ -74,6 +77,7 @@ def test_plain_mlx_process_uses_the_reference_blas_bundled_with_mlx() -> None:
     assert child["preload"] == ""
     assert child["blas"].startswith("reference (")
     assert "mlx" in child["blas"]
+    assert child["policy_blas"] == "reference"
     assert child["value"] == 8 * 16 * 4
 
 
@@ -82,6 +86,7 @@ def test_openblas_setting_reexecs_with_openblas_preloaded_before_mlx_loads() -> 
     assert child["reason"] == f"re-executed with openblas ({BLAS_ENV}=openblas) preloaded"
     assert child["preload"].split()[0] == str(OPENBLAS)
     assert child["blas"].startswith("openblas (")
+    assert child["policy_blas"] == "openblas"
     assert child["value"] == 8 * 16 * 4
 
 
@@ -91,6 +96,7 @@ def test_mkl_setting_reexecs_with_mkl_in_strict_reproducible_mode() -> None:
     assert child["preload"].split()[0] == str(MKL)
     assert child["cbwr"] == "AUTO,STRICT"
     assert child["blas"].startswith("mkl (") and child["blas"].endswith("MKL_CBWR=AUTO,STRICT")
+    assert child["policy_blas"] == "mkl"  # the width policy's input: MKL's own entry
     assert child["value"] == 8 * 16 * 4
 
 
@@ -177,15 +183,3 @@ def test_blas_setting_defaults_to_auto_and_rejects_unknown_values_by_name() -> N
     assert blas_mode({BLAS_ENV: "MKL"}) == "mkl"
     with pytest.raises(BlasSettingError, match=f"{BLAS_ENV}='atlas'"):
         blas_mode({BLAS_ENV: "atlas"})
-
-
-def test_blas_kind_names_the_library_family() -> None:
-    assert blas_kind("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3") == "openblas"
-    assert blas_kind("/venv/mlx_cpu.libs/libblas-bd8a282c.so.3.10.0") == "reference"
-    assert blas_kind("/opt/intel/libmkl_rt.so.2") == "mkl"
-
-
-def test_mapped_libraries_reads_this_process_maps() -> None:
-    libraries = mapped_libraries()
-    assert any(os.path.basename(p).startswith("libc.so") for p in libraries)
-    assert mapped_libraries("/nonexistent/maps") == []

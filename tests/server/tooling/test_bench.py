@@ -184,6 +184,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
         "quantization": None,
         "attention": "exact",
         "rowwise_linear": False,
+        "draft_head_tokens": 16384,
         "exactness": "exact",
         "warm_up_s": None,
         "prompt_cache_bytes": 0,
@@ -356,6 +357,24 @@ def test_markdown_breaks_acceptance_down_by_prompt_when_there_are_several() -> N
     text = render_markdown(build_record(name="t", arms=[classic, width], setup=setup, host={}))
     assert "| arm | prompt 1: acceptance, tok/s | prompt 2: acceptance, tok/s |" in text
     assert "| width 4 | 3.50, 20.00 | 1.50, 20.00 |" in text
+    assert "## By kind" not in text  # the prompts name no kinds
+
+
+def test_markdown_sums_acceptance_up_by_kind_when_the_prompts_file_names_kinds() -> None:
+    # Request(prompt_index, tokens, e2e_s, ttft_s, rounds, drafted, accepted, sha)
+    def run(accepted: tuple[int, ...]) -> Run:
+        return Run(tuple(Request(i, 40, 2.0, 0.1, 10, 30, a, "s") for i, a in enumerate(accepted)))
+
+    classic = Arm(
+        "classic", None, [Run(tuple(Request(i, 40, 4.0, 0.1, 0, 0, 0, "s") for i in range(3)))]
+    )
+    width = Arm("width 4", 4, [run((25, 5, 15))])
+    setup = {"prompts": ["a", "b", "c"], "prompt_kinds": ["code", "prose", "code"]}
+    text = render_markdown(build_record(name="t", arms=[classic, width], setup=setup, host={}))
+    header = "| arm | code (2): acceptance [range], tok/s | prose (1): acceptance [range], tok/s |"
+    assert header in text
+    # code: (25 + 15 + 20 rounds) / 20 rounds = 3.00, prompts at 3.50 and 2.50
+    assert "| width 4 | 3.00 [2.50-3.50], 20.00 | 1.50 [1.50-1.50], 20.00 |" in text
 
 
 def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_arms(

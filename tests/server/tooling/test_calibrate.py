@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from policy import Device, PolicyError, TableEntry, entries_to_json, resolve_width
+from policy import Device, PolicyError, Resolution, TableEntry, entries_to_json, resolve_width
 from server.tooling.bench_record import Arm, Request, Run, build_record
 from server.tooling.calibrate import (
     EXIT_INCONCLUSIVE,
@@ -53,7 +54,7 @@ def test_a_width_above_classic_earns_an_entry_for_the_swept_key() -> None:
         (9, 0),
         None,
     )
-    assert earned.width == 4
+    assert earned.width == 4 and earned.blas is None  # a GPU entry holds for any CPU BLAS
     assert earned.record == "records/r.json" and earned.mlx_version == "0.32.4"
     assert "float32" in earned.remeasure_when and "openblas" in earned.remeasure_when
 
@@ -89,20 +90,37 @@ def test_default_path_lives_under_the_cache_dir(tmp_path: Path) -> None:
     assert default_calibration_path(tmp_path) == tmp_path / "policy" / "calibration.json"
 
 
-def test_calibrated_file_is_what_resolve_width_uses_before_the_table(tmp_path: Path) -> None:
-    output = tmp_path / "policy" / "calibration.json"
-    calibrate_from_record(record(arm(3, 20, 21, 22)), "r.json", output, "dflash")
-    resolution = resolve_width(
+def resolve_here(blas: str, output: Path) -> Resolution:
+    return resolve_width(
         overrides=[],
         drafter_kind="dflash",
         checkpoint_width=None,
-        device=Device("cpu"),
+        device=Device("cpu", blas=blas),
         quantization=None,
         max_width=16,
         calibration=load_calibration(output),
     )
-    assert (resolution.width, resolution.source) == (3, "calibration")
+
+
+def test_calibrated_file_is_what_resolve_width_uses_before_the_table(tmp_path: Path) -> None:
+    output = tmp_path / "policy" / "calibration.json"
+    calibrate_from_record(record(arm(5, 20, 21, 22)), "r.json", output, "dflash")
+    resolution = resolve_here("openblas", output)
+    assert (resolution.width, resolution.source) == (5, "calibration")
     assert "calibrated (r.json, mlx 0.32.4)" in resolution.reason
+
+
+def test_a_cpu_calibration_holds_only_for_the_blas_it_was_measured_with(tmp_path: Path) -> None:
+    output = tmp_path / "policy" / "calibration.json"
+    calibrate_from_record(record(arm(5, 20, 21, 22)), "r.json", output, "dflash")
+    (earned,) = load_calibration(output)
+    assert earned.blas == "openblas"
+    assert resolve_here("mkl", output).source == "policy"  # the built-in table's MKL entry
+
+
+def test_an_entry_for_one_blas_keeps_the_entry_for_any_blas() -> None:
+    any_blas, mkl = entry(3), replace(entry(4), blas="mkl")
+    assert merge_entries((any_blas,), mkl) == (any_blas, mkl)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -117,7 +135,7 @@ def test_cli_from_record_merges_into_an_existing_policy_file(tmp_path: Path) -> 
     swept.write_text(json.dumps(record(arm(5, 4, 5, 6))))
     result = run_cli("--from-record", str(swept), "--output", str(output))
     assert result.returncode == 0, result.stderr
-    assert "cpu unquantized dflash -> classic decode (every width lost)" in result.stdout
+    assert "cpu openblas unquantized dflash -> classic decode (every width lost)" in result.stdout
     widths = {(e.quantization, e.width) for e in load_calibration(output)}
     assert widths == {("affine", 2), (None, None)}
 
