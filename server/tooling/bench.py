@@ -1,7 +1,8 @@
 """`draftwise bench`: the width sweep, one real server per arm.
 
 Arms: classic decode (`--draft-model none`) first, each width in between
-(`--draft-block-size N`), classic again last as the drift control. Each arm is
+(`--draft-block-size N`; with `--compare-drafter`, each width a second time with that
+drafter), classic again last as the drift control. Each arm is
 a fresh `draftwise serve` process started and stopped here; every request is a
 streaming `/v1/completions` at temperature 0 with `ignore_eos`, so every arm
 emits the same number of tokens. One warm-up pass is discarded, then n passes
@@ -108,6 +109,8 @@ class BenchConfig:
     warmup: int = 1
     model: str | None = None  # None: the server's default pair
     draft_model: str | None = None  # None: the server's default drafter
+    # a second drafter: every width also runs with it, in the same sweep (server arms only)
+    compare_drafter: str | None = None
     dtype: str | None = None
     exactness: str | None = None
     cache_dir: str | None = None
@@ -131,19 +134,29 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve_command(config: BenchConfig, width: int | None, port: int) -> list[str]:
-    """`draftwise serve` for one arm: classic when width is None."""
+@dataclass(frozen=True)
+class ArmPlan:
+    """One arm of a sweep: classic decode when width is None, else this width with
+    `drafter` (None: the sweep's --draft-model)."""
+
+    label: str
+    width: int | None
+    drafter: str | None = None
+
+
+def serve_command(config: BenchConfig, arm: ArmPlan, port: int) -> list[str]:
+    """`draftwise serve` for one arm: classic when its width is None."""
     command = [sys.executable, "-c", SERVE_ENTRY, "serve", "--host", HOST, "--port", str(port)]
     options = {"--model": config.model, "--dtype": config.dtype, "--cache-dir": config.cache_dir}
     options["--exactness"] = config.exactness
     # Every pass repeats the same prompts: with a prompt cache, later passes would time
     # decoding without its prefill. (A --server-arg given later wins.)
     options["--prompt-cache-bytes"] = "0"
-    if width is None:
+    if arm.width is None:
         options["--draft-model"] = "none"
     else:
-        options["--draft-model"] = config.draft_model
-        options["--draft-block-size"] = str(width)
+        options["--draft-model"] = arm.drafter or config.draft_model
+        options["--draft-block-size"] = str(arm.width)
     for flag, value in options.items():
         if value is not None:
             command += [flag, str(value)]
@@ -365,35 +378,34 @@ class LiveArm:
 
 def start_arm(
     config: BenchConfig,
-    width: int | None,
-    label: str,
+    plan: ArmPlan,
     env: dict[str, str],
     log_dir: Path,
     progress: Progress,
     stack: ExitStack,
 ) -> LiveArm:
     """Start this arm's server (stopped when `stack` closes) and wait until it serves."""
-    port = free_port()
+    port, label = free_port(), plan.label
     log_path = log_dir / f"{label.replace(' ', '-').replace('(', '').replace(')', '')}.log"
     progress(f"{label}: starting server on port {port} (log {log_path})")
     started = time.monotonic()
-    server = stack.enter_context(Server(serve_command(config, width, port), env, port, log_path))
+    server = stack.enter_context(Server(serve_command(config, plan, port), env, port, log_path))
     served = served_summary(server.wait_ready(config.ready_timeout_s))
     _, models = get_json(port, "/v1/models", timeout_s=30)
     progress(f"{label}: ready in {time.monotonic() - started:.1f} s, serving {_served(served)}")
-    return LiveArm(label, width, server, models["data"][0]["id"], served, progress)
+    return LiveArm(label, plan.width, server, models["data"][0]["id"], served, progress)
 
 
 def run_arms_in_turn(
     config: BenchConfig, env: dict[str, str], log_dir: Path, progress: Progress
 ) -> list[Arm]:
     """One server at a time: start it, make every pass, stop it."""
-    plan = sweep_widths(config)
+    plan = sweep_plan(config)
     arms = []
-    for index, (width, label) in enumerate(plan, start=1):
+    for index, arm_plan in enumerate(plan, start=1):
         tagged = _prefixed(progress, f"[{index}/{len(plan)}]")
         with ExitStack() as stack:
-            live = start_arm(config, width, label, env, log_dir, tagged, stack)
+            live = start_arm(config, arm_plan, env, log_dir, tagged, stack)
             for _ in range(config.warmup + config.n):
                 live.measure_pass(config)
             arms.append(live.arm(config.warmup))
@@ -405,12 +417,12 @@ def run_arms_interleaved(
 ) -> list[Arm]:
     """Every server up at once; each pass visits the arms in sweep order (classic first and
     last), so load that comes and goes on the host hits every arm alike."""
-    plan = sweep_widths(config)
+    plan = sweep_plan(config)
     with ExitStack() as stack:
         live = []
-        for index, (width, label) in enumerate(plan, start=1):
+        for index, arm_plan in enumerate(plan, start=1):
             tagged = _prefixed(progress, f"[{index}/{len(plan)}]")
-            live.append(start_arm(config, width, label, env, log_dir, tagged, stack))
+            live.append(start_arm(config, arm_plan, env, log_dir, tagged, stack))
         for _ in range(config.warmup + config.n):
             for arm in live:
                 arm.measure_pass(config)
@@ -445,9 +457,16 @@ def _describe_run(run: Run, config: BenchConfig) -> str:
     return text
 
 
-def sweep_widths(config: BenchConfig) -> list[tuple[int | None, str]]:
-    middle = [(width, arm_label(width)) for width in config.widths]
-    return [(None, "classic (first)"), *middle, (None, "classic (last)")]
+def sweep_plan(config: BenchConfig) -> list[ArmPlan]:
+    """Classic first and last; each width in between, right after it the same width with
+    the compare drafter when there is one."""
+    middle = []
+    for width in config.widths:
+        middle.append(ArmPlan(arm_label(width), width))
+        if config.compare_drafter:
+            name = Path(config.compare_drafter).name
+            middle.append(ArmPlan(f"{arm_label(width)} ({name})", width, config.compare_drafter))
+    return [ArmPlan("classic (first)", None), *middle, ArmPlan("classic (last)", None)]
 
 
 def run_sweep(config: BenchConfig, progress: Progress) -> dict[str, Any]:
@@ -475,6 +494,8 @@ def check_config(config: BenchConfig) -> None:
         raise BenchError("need at least one prompt")
     if any(width < 2 for width in config.widths):
         raise BenchError(f"widths must be >= 2, got {list(config.widths)}")
+    if config.compare_drafter and not Path(config.compare_drafter).is_dir():
+        raise BenchError(f"--compare-drafter {config.compare_drafter}: not a directory")
 
 
 def served_by(arms: Sequence[Arm]) -> dict[str, Any]:
@@ -493,6 +514,14 @@ def sweep_setup(
         "drafter": served.get("drafter") or config.draft_model or "default drafter",
         "target_files": describe_model_dir(served.get("model_path") or config.model),
         "drafter_files": describe_model_dir(served.get("drafter") or config.draft_model),
+        **(
+            {
+                "compare_drafter": config.compare_drafter,
+                "compare_drafter_files": describe_model_dir(config.compare_drafter),
+            }
+            if config.compare_drafter
+            else {}
+        ),
         "dtype": config.dtype or "server default",
         "quantization": served.get("quantization"),
         "backend": served.get("backend"),
@@ -729,6 +758,13 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--in-process", action="store_true", help="quick sweep in this process, widths interleaved"
     )
+    parser.add_argument(
+        "--compare-drafter",
+        default=None,
+        metavar="DIR",
+        help="a second drafter: every width also runs with it, in the same sweep (labelled "
+        "'width N (DIR name)'), e.g. a retrained drafter or one without its draft vocabulary",
+    )
     parser.set_defaults(func=run_bench)
     return parser
 
@@ -748,6 +784,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         warmup=args.warmup,
         model=args.model,
         draft_model=args.draft_model,
+        compare_drafter=getattr(args, "compare_drafter", None),
         dtype=args.dtype,
         exactness=args.exactness,
         cache_dir=args.cache_dir,

@@ -154,6 +154,8 @@ def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
 
     if not config.widths:
         raise BenchError("need at least one width")
+    if config.compare_drafter:
+        raise BenchError("--compare-drafter needs a server per arm: drop --in-process")
     started = datetime.now(UTC)
     cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     options = LoadOptions(

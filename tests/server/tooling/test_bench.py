@@ -12,12 +12,14 @@ from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
 from server.blas import BLAS_ENV, REEXEC_MARKER, find_mkl, find_openblas
 from server.tooling.bench import (
+    ArmPlan,
     BenchConfig,
     BenchError,
     run_sweep,
     serve_command,
     server_environment,
     speculative_config,
+    sweep_plan,
 )
 from server.tooling.bench_inprocess import run_in_process
 from server.tooling.bench_record import (
@@ -146,14 +148,33 @@ def test_counters_give_acceptance_length_emitted_per_round_and_time_per_round() 
 
 def test_classic_arm_serves_without_drafter_and_width_arms_pass_the_flag() -> None:
     config = BenchConfig(model="/m", draft_model="/d", dtype="float32")
-    classic = serve_command(config, None, 9000)
-    width = serve_command(config, 5, 9000)
+    classic = serve_command(config, ArmPlan("classic", None), 9000)
+    width = serve_command(config, ArmPlan("width 5", 5), 9000)
     assert classic[classic.index("--draft-model") + 1] == "none"
     assert "--draft-block-size" not in classic
     assert width[width.index("--draft-model") + 1] == "/d"
     assert width[width.index("--draft-block-size") + 1] == "5"
     assert width[width.index("--dtype") + 1] == "float32"
     assert classic[classic.index("--prompt-cache-bytes") + 1] == "0"  # passes repeat prompts
+
+
+def test_a_compare_drafter_runs_each_width_again_right_after_it_with_that_drafter() -> None:
+    config = BenchConfig(widths=(4, 8), draft_model="/d", compare_drafter="/x/full-head")
+    plan = sweep_plan(config)
+    assert [(arm.label, arm.width) for arm in plan] == [
+        ("classic (first)", None),
+        ("width 4", 4), ("width 4 (full-head)", 4),
+        ("width 8", 8), ("width 8 (full-head)", 8),
+        ("classic (last)", None),
+    ]  # fmt: skip
+    commands = [serve_command(config, arm, 9000) for arm in plan[1:3]]
+    assert [c[c.index("--draft-model") + 1] for c in commands] == ["/d", "/x/full-head"]
+    assert [a.label for a in sweep_plan(BenchConfig(widths=(4,)))][1:-1] == ["width 4"]
+
+
+def test_in_process_refuses_a_compare_drafter_before_loading_anything() -> None:
+    with pytest.raises(BenchError, match="--compare-drafter needs a server per arm"):
+        run_in_process(BenchConfig(widths=(4,), compare_drafter="/x"), print)
 
 
 def test_server_environment_drops_width_variables_and_sets_the_blas() -> None:
@@ -410,3 +431,33 @@ def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_
     ]  # fmt: skip
     assert all(a["identical_to_classic"] for a in record["arms"])
     assert "load_average_after" in record["arms"][1]["served"]
+
+
+def test_a_sweep_compares_two_drafters_at_the_same_width_in_one_pass(
+    swept: tuple[dict, list[str], Path],
+) -> None:
+    _, _, root = swept
+    other = write_random_drafter(root / "drafter-b", root / "target", seed=1)
+    config = BenchConfig(
+        widths=(3,),
+        prompts=(PROMPT,),
+        max_tokens=MAX_TOKENS,
+        n=1,
+        warmup=0,
+        model=str(root / "target"),
+        draft_model=str(root / "drafter"),
+        compare_drafter=str(other),
+        exactness="warn",
+        cache_dir=str(root / "cache"),
+        blas="bundled",
+        interleave=True,
+        ready_timeout_s=120,
+    )
+    record = run_sweep(config, lambda _: None)
+    arms = record["arms"]
+    labels = ["classic (first)", "width 3", "width 3 (drafter-b)", "classic (last)"]
+    assert [a["label"] for a in arms] == labels
+    assert [a["served"]["drafter"] for a in arms[1:3]] == [str(root / "drafter"), str(other)]
+    assert [a["served"]["block_size"] for a in arms[1:3]] == [3, 3]
+    assert all(a["identical_to_classic"] for a in arms)  # greedy: any drafter, same text
+    assert record["setup"]["compare_drafter"] == str(other)
