@@ -227,27 +227,29 @@ def test_bad_sweep_configs_are_refused_before_any_server_starts() -> None:
 # ---- a real sweep: tiny saved pair, real servers ------------------------------------------
 
 
+def tiny_sweep(root: Path, **changes: Any) -> BenchConfig:
+    """A sweep of the tiny pair saved under `root` (target/, drafter/), real servers."""
+    fields: dict[str, Any] = {
+        "widths": (2,),
+        "prompts": (PROMPT,),
+        "max_tokens": MAX_TOKENS,
+        "n": 1,
+        "model": str(root / "target"),
+        "draft_model": str(root / "drafter"),
+        "exactness": "warn",
+        "cache_dir": str(root / "cache"),
+        "blas": "bundled",
+        "ready_timeout_s": 120,
+    }
+    return BenchConfig(**(fields | changes))
+
+
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, list[str], Path]:
     root = tmp_path_factory.mktemp("bench")
-    target = write_tiny_model(root / "target")
-    drafter = write_random_drafter(root / "drafter", target)
+    write_random_drafter(root / "drafter", write_tiny_model(root / "target"))
     messages: list[str] = []
-    config = BenchConfig(
-        widths=(2,),
-        prompts=(PROMPT,),
-        max_tokens=MAX_TOKENS,
-        n=1,
-        warmup=1,
-        model=str(target),
-        draft_model=str(drafter),
-        exactness="warn",
-        cache_dir=str(root / "cache"),
-        blas="bundled",
-        name="tiny-sweep",
-        log_dir=root / "logs",
-        ready_timeout_s=120,
-    )
+    config = tiny_sweep(root, warmup=1, name="tiny-sweep", log_dir=root / "logs")
     return run_sweep(config, messages.append), messages, root
 
 
@@ -403,20 +405,7 @@ def test_interleaved_sweep_keeps_every_server_up_and_rotates_passes_through_the_
 ) -> None:
     _, _, root = swept
     messages: list[str] = []
-    config = BenchConfig(
-        widths=(3,),
-        prompts=(PROMPT,),
-        max_tokens=MAX_TOKENS,
-        n=1,
-        model=str(root / "target"),
-        draft_model=str(root / "drafter"),
-        exactness="warn",
-        cache_dir=str(root / "cache"),
-        blas="bundled",
-        name="tiny-interleaved",
-        interleave=True,
-        ready_timeout_s=120,
-    )
+    config = tiny_sweep(root, widths=(3,), name="tiny-interleaved", interleave=True)
     record = run_sweep(config, messages.append)
     assert record["setup"]["mode"].startswith("server, interleaved")
     assert [a["label"] for a in record["arms"]] == ["classic (first)", "width 3", "classic (last)"]
@@ -438,21 +427,7 @@ def test_a_sweep_compares_two_drafters_at_the_same_width_in_one_pass(
 ) -> None:
     _, _, root = swept
     other = write_random_drafter(root / "drafter-b", root / "target", seed=1)
-    config = BenchConfig(
-        widths=(3,),
-        prompts=(PROMPT,),
-        max_tokens=MAX_TOKENS,
-        n=1,
-        warmup=0,
-        model=str(root / "target"),
-        draft_model=str(root / "drafter"),
-        compare_drafter=str(other),
-        exactness="warn",
-        cache_dir=str(root / "cache"),
-        blas="bundled",
-        interleave=True,
-        ready_timeout_s=120,
-    )
+    config = tiny_sweep(root, widths=(3,), warmup=0, compare_drafter=str(other), interleave=True)
     record = run_sweep(config, lambda _: None)
     arms = record["arms"]
     labels = ["classic (first)", "width 3", "width 3 (drafter-b)", "classic (last)"]
