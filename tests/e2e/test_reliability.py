@@ -120,9 +120,10 @@ def test_a_client_leaving_mid_stream_frees_the_worker_within_a_round(
     wait_until(lambda: any(e.get("event") == "request" for e in request_lines(tight, first["id"])))
     stopped = [e for e in request_lines(tight, first["id"]) if e["event"] == "worker.stopped"]
     assert [e["reason"] for e in stopped] == ["cancelled"]
-    (line,) = [
-        e for e in request_lines(tight, next_request.json()["id"]) if e["event"] == "request"
-    ]
+    # The request line is logged after the response is sent: wait for it, as for the first.
+    next_id = next_request.json()["id"]
+    wait_until(lambda: any(e.get("event") == "request" for e in request_lines(tight, next_id)))
+    (line,) = [e for e in request_lines(tight, next_id) if e["event"] == "request"]
     assert line["queue_wait_ms"] < ONE_ROUND_S * 1000
 
 
