@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -286,11 +286,20 @@ def render_markdown(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def per_prompt_acceptance(arm: dict[str, Any], prompt_index: int) -> float | None:
-    """(accepted + rounds) / rounds over the timed runs of one prompt."""
-    requests = [r for run in arm["runs"] for r in run if r["prompt_index"] == prompt_index]
+def requests_of(arm: dict[str, Any], prompt_indices: Collection[int]) -> list[dict[str, Any]]:
+    """The timed requests of a record's arm for these prompts."""
+    return [r for run in arm["runs"] for r in run if r["prompt_index"] in prompt_indices]
+
+
+def acceptance_of(requests: Sequence[dict[str, Any]]) -> float | None:
+    """(accepted + rounds) / rounds pooled over requests; None when none was speculative."""
     rounds = sum(r["rounds"] for r in requests)
     return (sum(r["accepted"] for r in requests) + rounds) / rounds if rounds else None
+
+
+def tok_s_of(requests: Sequence[dict[str, Any]]) -> float | None:
+    seconds = sum(r["e2e_s"] for r in requests)
+    return sum(r["tokens"] for r in requests) / seconds if seconds else None
 
 
 def per_prompt_table(record: dict[str, Any]) -> list[str]:
@@ -303,10 +312,8 @@ def per_prompt_table(record: dict[str, Any]) -> list[str]:
     for arm in record["arms"]:
         cells = []
         for index in range(len(prompts)):
-            requests = [r for run in arm["runs"] for r in run if r["prompt_index"] == index]
-            seconds = sum(r["e2e_s"] for r in requests)
-            tok_s = sum(r["tokens"] for r in requests) / seconds if seconds else None
-            cells.append(f"{_fmt(per_prompt_acceptance(arm, index))}, {_fmt(tok_s)}")
+            requests = requests_of(arm, {index})
+            cells.append(f"{_fmt(acceptance_of(requests))}, {_fmt(tok_s_of(requests))}")
         lines.append(f"| {arm['label']} | {' | '.join(cells)} |")
     starts = "; ".join(f"prompt {i + 1}: {json.dumps(p[:60])}..." for i, p in enumerate(prompts))
     return [*lines, "", f"Prompts (full text in Setup): {starts}", ""]
@@ -325,14 +332,10 @@ def per_kind_table(record: dict[str, Any]) -> list[str]:
         cells = []
         for kind in order:
             indices = [i for i, k in enumerate(kinds) if k == kind]
-            requests = [r for run in arm["runs"] for r in run if r["prompt_index"] in indices]
-            rounds = sum(r["rounds"] for r in requests)
-            pooled = (sum(r["accepted"] for r in requests) + rounds) / rounds if rounds else None
-            each = [a for i in indices if (a := per_prompt_acceptance(arm, i)) is not None]
+            requests = requests_of(arm, indices)
+            each = [a for i in indices if (a := acceptance_of(requests_of(arm, {i}))) is not None]
             spread = f" [{min(each):.2f}-{max(each):.2f}]" if each else ""
-            seconds = sum(r["e2e_s"] for r in requests)
-            tok_s = sum(r["tokens"] for r in requests) / seconds if seconds else None
-            cells.append(f"{_fmt(pooled)}{spread}, {_fmt(tok_s)}")
+            cells.append(f"{_fmt(acceptance_of(requests))}{spread}, {_fmt(tok_s_of(requests))}")
         lines.append(f"| {arm['label']} | {' | '.join(cells)} |")
     return [
         *lines,
