@@ -158,10 +158,14 @@ def plan_reexec(
     return env, f"{why}: re-executing with LD_PRELOAD={blas.library}"
 
 
+def host_blas(environ: Mapping[str, str]) -> tuple[Blas | None, str]:
+    """choose_blas for this host and environ's DRAFTWISE_BLAS (BlasSettingError if bad)."""
+    return choose_blas(blas_mode(environ), cpu_vendor(), find_mkl(), find_openblas())
+
+
 def planned_environment(environ: Mapping[str, str]) -> tuple[dict[str, str] | None, str]:
     """plan_reexec for this host and environ's DRAFTWISE_BLAS (BlasSettingError if bad)."""
-    blas, why = choose_blas(blas_mode(environ), cpu_vendor(), find_mkl(), find_openblas())
-    return plan_reexec(environ, blas, why)
+    return plan_reexec(environ, *host_blas(environ))
 
 
 def reexec_with_chosen_blas(argv: Sequence[str], environ: Mapping[str, str]) -> str:

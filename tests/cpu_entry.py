@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 
 from policy import TABLE, Device, find_entry
-from server.blas import blas_mode, choose_blas, cpu_vendor, find_mkl, find_openblas
+from server.blas import host_blas
 
-_blas, _ = choose_blas(blas_mode(os.environ), cpu_vendor(), find_mkl(), find_openblas())
+_blas, _ = host_blas(os.environ)
 CPU_BLAS: str = "reference" if _blas is None else _blas.kind
 _entry = find_entry(TABLE, Device("cpu", blas=CPU_BLAS), None, "dflash")
 assert _entry is not None and _entry.width is not None, "policy/table.py lost its CPU entry"
