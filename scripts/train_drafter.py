@@ -140,8 +140,11 @@ class FeatureTap:
 
     @torch.no_grad()
     def features(self, ids: torch.Tensor) -> torch.Tensor:
-        """(b, S) right-padded ids -> (b, S, len(layer_ids) * hidden) features."""
-        self.model.model(input_ids=ids, use_cache=False)
+        """(b, S) right-padded ids -> (b, S, len(layer_ids) * hidden) features. The
+        target's last hidden state (after its final norm) stays in `final`, for the
+        distillation loss."""
+        out = self.model.model(input_ids=ids, use_cache=False)
+        self.final = out.last_hidden_state
         return torch.cat([self.outputs[lid] for lid in self.layer_ids], dim=-1)
 
 
@@ -566,16 +569,28 @@ def block_layout(
 
 
 def sample_anchors(
-    prompt_lengths: torch.Tensor, lengths: torch.Tensor, count: int, gen: torch.Generator
+    prompt_lengths: torch.Tensor,
+    lengths: torch.Tensor,
+    count: int,
+    gen: torch.Generator,
+    early_boost: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Up to `count` distinct anchors per row in [prompt_length, length - 2], sorted."""
+    """Up to `count` distinct anchors per row in [prompt_length, length - 2].
+
+    Position p is drawn with weight 1 + early_boost * exp(-(p - prompt_length) / 16),
+    without replacement (an exponential race: the `count` smallest -log(u) / weight).
+    A boost puts more anchors on a continuation's first tokens, which a request of a
+    few dozen tokens after a short prompt is made of; 0 draws uniformly."""
     b = lengths.shape[0]
     width = int(lengths.max())
     dev = lengths.device
     pos = torch.arange(width, device=dev)[None, :]
     valid = (pos >= prompt_lengths[:, None]) & (pos <= lengths[:, None] - 2)
-    noise = torch.rand((b, width), generator=gen, device=dev)
-    noise = torch.where(valid, noise, torch.full_like(noise, 2.0))
+    into = (pos - prompt_lengths[:, None]).clamp(min=0).float()
+    weight = 1.0 + early_boost * torch.exp(-into / 16.0)
+    uniform = torch.rand((b, width), generator=gen, device=dev).clamp(min=1e-12)
+    noise = -torch.log(uniform) / weight
+    noise = torch.where(valid, noise, torch.full_like(noise, float("inf")))
     order = noise.argsort(dim=1)[:, :count]
     keep = torch.arange(order.shape[1], device=dev)[None, :] < valid.sum(1, keepdim=True)
     anchors = torch.where(keep, order, torch.zeros_like(order))
@@ -656,42 +671,65 @@ def sample_batch(
     random width per block."""
     index = data.draw(args.batch, window, gen)
     ids, prompt_lengths, lengths = data.batch(index)
-    anchors, keep = sample_anchors(prompt_lengths, lengths, args.anchors, gen)
+    anchors, keep = sample_anchors(prompt_lengths, lengths, args.anchors, gen, args.early_boost)
     full = torch.rand(anchors.shape, generator=gen, device=device) < args.full_width_share
     narrow = torch.randint(2, args.block_size, anchors.shape, generator=gen, device=device)
     widths = torch.where(full, torch.full_like(narrow, args.block_size), narrow)
     return ids, lengths, anchors, keep, widths
 
 
+@dataclass
+class BlockLoss:
+    loss: torch.Tensor  # what training minimises
+    hard: torch.Tensor  # the published loss alone (comparable across runs)
+    row1_accuracy: torch.Tensor
+
+
 def block_loss(
     drafter: Drafter,
     target: nn.Module,
-    features: torch.Tensor,
+    features: tuple[torch.Tensor, torch.Tensor],
     batch: tuple,
     args: argparse.Namespace,
     device: torch.device,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, row-1 accuracy): cross-entropy on rows 1..width-1 of every block,
-    weighted by exp(-(k-1)/gamma) as published."""
+) -> BlockLoss:
+    """Cross-entropy on rows 1..width-1 of every block, weighted by exp(-(k-1)/gamma) as
+    published. With --distill a, the loss is (1 - a) x that + a x the cross-entropy
+    against the target's own distribution for the same token (q: target prob, p: draft
+    prob; -sum q log p, whose gradient is that of KL(q || p)). Row k of the block
+    anchored at t predicts token t + k, which the target scored at position t + k - 1."""
     ids, lengths, anchors, keep, widths = batch
+    tapped, final = features
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        hidden = draft_hidden(
-            drafter, target, features, ids, anchors, keep, widths, args.block_size
-        )
+        hidden = draft_hidden(drafter, target, tapped, ids, anchors, keep, widths, args.block_size)
         labels, valid = block_labels(ids, anchors, keep, widths, lengths, args.block_size)
         hidden = hidden.view(*labels.shape, -1)[valid]
         logits = target.lm_head(hidden).float()
     k = torch.arange(args.block_size, device=device).expand_as(labels)[valid]
     weight = torch.exp(-(k - 1).clamp(min=0).float() / args.gamma)
-    losses = F.cross_entropy(logits, labels[valid], reduction="none")
-    loss = (losses * weight).sum() / weight.sum()
+    hard = (F.cross_entropy(logits, labels[valid], reduction="none") * weight).sum() / weight.sum()
+    loss = hard
+    if args.distill > 0:
+        scored = anchors[:, :, None] + torch.arange(args.block_size, device=device) - 1
+        rows = torch.arange(ids.shape[0], device=device)[:, None, None].expand_as(scored)
+        with (
+            torch.no_grad(),
+            torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"),
+        ):
+            q = target.lm_head(final[rows[valid], scored[valid]]).float().softmax(-1)
+        soft = -(q * logits.log_softmax(-1)).sum(-1)
+        loss = (1 - args.distill) * hard + args.distill * (soft * weight).sum() / weight.sum()
     correct = logits.argmax(-1) == labels[valid]
-    return loss, correct[k == 1].float().mean()
+    return BlockLoss(loss, hard, correct[k == 1].float().mean())
 
 
-def batch_features(tap: FeatureTap, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+def batch_features(
+    tap: FeatureTap, ids: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tapped layers' outputs and the target's last hidden state."""
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        return tap.features(ids)
+        tapped = tap.features(ids)
+    return tapped, tap.final
 
 
 def train_step(
@@ -709,12 +747,12 @@ def train_step(
     for t in trainees:
         if t.stopped:
             continue
-        loss, _ = block_loss(t.model, target, features, batch, args, device)
+        result = block_loss(t.model, target, features, batch, args, device)
         t.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        result.loss.backward()
         torch.nn.utils.clip_grad_norm_(t.model.parameters(), 1.0)
         t.opt.step()
-        t.losses.append(loss.item())
+        t.losses.append(result.hard.item())
 
 
 @torch.no_grad()
@@ -726,14 +764,15 @@ def held_out_loss(
     args: argparse.Namespace,
     device: torch.device,
 ) -> dict[str, float]:
-    """Mean loss of each trainee on the same fixed held-out batches."""
+    """Mean published (hard-label) loss of each trainee on the same fixed held-out
+    batches, whatever --distill is, so runs compare."""
     gen = torch.Generator(device=device).manual_seed(1234)
     totals = {t.name: 0.0 for t in trainees}
     for _ in range(args.eval_batches):
         batch = sample_batch(data, args, gen, device)
         features = batch_features(tap, batch[0], device)
         for t in trainees:
-            totals[t.name] += block_loss(t.model, target, features, batch, args, device)[0].item()
+            totals[t.name] += block_loss(t.model, target, features, batch, args, device).hard.item()
     return {name: total / args.eval_batches for name, total in totals.items()}
 
 
@@ -898,6 +937,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target-layer-ids", type=int, nargs="+", default=[1, 8, 14, 20, 27])
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--gamma", type=float, default=7.0, help="loss decay over block rows")
+    p.add_argument(
+        "--distill",
+        type=float,
+        default=0.0,
+        help="weight of the loss against the target's distribution (0: labels only)",
+    )
+    p.add_argument(
+        "--early-boost",
+        type=float,
+        default=0.0,
+        help="extra anchor weight on a continuation's first tokens (0: uniform)",
+    )
     p.add_argument("--full-width-share", type=float, default=0.5)
     p.add_argument("--site", action="store_true", help="also draw prompts from site-packages")
     p.add_argument("--max-prompts", type=int, default=0, help="0: all")

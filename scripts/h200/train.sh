@@ -4,7 +4,9 @@
 # while the machine stays held), then follow its log until this call's time is nearly up.
 # LAYERS (default "5"), INIT (a drafter dir to start from; default the shipped one, ""
 # for a fresh start), SEED (which training windows and sampled user turns; the held-out
-# split is by path hash and does not move), LR, DATA_S, BUDGET_S, SELF_CHAT tune the run.
+# split is by path hash and does not move), LR, DATA_S, BUDGET_S, SELF_CHAT, DISTILL (the
+# weight of the loss against the target's distribution) and EARLY_BOOST (extra anchors on
+# a continuation's first tokens) tune the run.
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
@@ -17,7 +19,7 @@ setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
   ${INIT:+--init $INIT} --seed ${SEED:-0} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
   --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
-  --batch 64 --split-mib 15 > /root/keep/train/stdout.txt 2>&1 < /dev/null &
+  --batch 64 --split-mib 15 ${DISTILL:+--distill $DISTILL} ${EARLY_BOOST:+--early-boost $EARLY_BOOST} > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "trained"\|Traceback' /root/keep/train/stdout.txt && break
 done
