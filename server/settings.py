@@ -196,7 +196,14 @@ class ServeSettings(BaseSettings):
         ge=0,
     )
 
-    @field_validator("log_level", "exactness", "dtype", mode="before")
+    verify_rows: Literal["auto", "adaptive", "all"] = setting(
+        "auto",
+        scope="worker",
+        help="rows a lone greedy round verifies: adaptive (as many as its drafts' "
+        "confidences pay for) | all | auto (adaptive on CPU, all elsewhere)",
+    )
+
+    @field_validator("log_level", "exactness", "dtype", "verify_rows", mode="before")
     @classmethod
     def _lowercase(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value

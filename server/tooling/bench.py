@@ -111,6 +111,8 @@ class BenchConfig:
     draft_model: str | None = None  # None: the server's default drafter
     # a second drafter: every width also runs with it, in the same sweep (server arms only)
     compare_drafter: str | None = None
+    # extra `draftwise serve` flags: every width also runs with them, in the same sweep
+    compare_server_args: tuple[str, ...] = ()
     dtype: str | None = None
     exactness: str | None = None
     cache_dir: str | None = None
@@ -137,11 +139,12 @@ def free_port() -> int:
 @dataclass(frozen=True)
 class ArmPlan:
     """One arm of a sweep: classic decode when width is None, else this width with
-    `drafter` (None: the sweep's --draft-model)."""
+    `drafter` (None: the sweep's --draft-model) and `server_args` after the sweep's."""
 
     label: str
     width: int | None
     drafter: str | None = None
+    server_args: tuple[str, ...] = ()
 
 
 def serve_command(config: BenchConfig, arm: ArmPlan, port: int) -> list[str]:
@@ -160,7 +163,7 @@ def serve_command(config: BenchConfig, arm: ArmPlan, port: int) -> list[str]:
     for flag, value in options.items():
         if value is not None:
             command += [flag, str(value)]
-    return command + list(config.server_args)
+    return command + list(config.server_args) + list(arm.server_args)
 
 
 def server_environment(environ: Mapping[str, str], blas: str) -> dict[str, str]:
@@ -459,13 +462,17 @@ def _describe_run(run: Run, config: BenchConfig) -> str:
 
 def sweep_plan(config: BenchConfig) -> list[ArmPlan]:
     """Classic first and last; each width in between, right after it the same width with
-    the compare drafter when there is one."""
+    the compare drafter and then with the compare server flags, when there are."""
     middle = []
     for width in config.widths:
         middle.append(ArmPlan(arm_label(width), width))
         if config.compare_drafter:
             name = Path(config.compare_drafter).name
             middle.append(ArmPlan(f"{arm_label(width)} ({name})", width, config.compare_drafter))
+        if config.compare_server_args:
+            extra = config.compare_server_args
+            label = f"{arm_label(width)} ({shlex.join(extra)})"
+            middle.append(ArmPlan(label, width, server_args=extra))
     return [ArmPlan("classic (first)", None), *middle, ArmPlan("classic (last)", None)]
 
 
@@ -520,6 +527,11 @@ def sweep_setup(
                 "compare_drafter_files": describe_model_dir(config.compare_drafter),
             }
             if config.compare_drafter
+            else {}
+        ),
+        **(
+            {"compare_server_args": list(config.compare_server_args)}
+            if config.compare_server_args
             else {}
         ),
         "dtype": config.dtype or "server default",
@@ -765,6 +777,15 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="a second drafter: every width also runs with it, in the same sweep (labelled "
         "'width N (DIR name)'), e.g. a retrained drafter or one without its draft vocabulary",
     )
+    parser.add_argument(
+        "--compare-server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="repeatable: every width also runs with these extra serve arguments, in the "
+        "same sweep (labelled 'width N (ARGS)'), e.g. --compare-server-arg=--verify-rows "
+        "--compare-server-arg=all",
+    )
     parser.set_defaults(func=run_bench)
     return parser
 
@@ -785,6 +806,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         model=args.model,
         draft_model=args.draft_model,
         compare_drafter=getattr(args, "compare_drafter", None),
+        compare_server_args=tuple(getattr(args, "compare_server_arg", ())),
         dtype=args.dtype,
         exactness=args.exactness,
         cache_dir=args.cache_dir,

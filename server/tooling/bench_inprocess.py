@@ -156,6 +156,8 @@ def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         raise BenchError("need at least one width")
     if config.compare_drafter:
         raise BenchError("--compare-drafter needs a server per arm: drop --in-process")
+    if config.compare_server_args:
+        raise BenchError("--compare-server-arg needs a server per arm: drop --in-process")
     started = datetime.now(UTC)
     cache_dir = Path(config.cache_dir) if config.cache_dir else default_cache_dir()
     options = LoadOptions(
