@@ -9,9 +9,6 @@ from typing import NotRequired
 from typing_extensions import TypedDict  # pydantic reads it (bench) on Python 3.11
 
 ATTENTION_MODES = ("exact", "stable", "vector")  # SpeculativeConfig.attention (attention.py)
-# Rows a lone greedy round verifies: as many as its drafts' confidences pay for, or all
-# of its width (drafter/goodput.py: RowControl; Engine.verify_rows).
-VERIFY_ROWS = ("adaptive", "all")
 
 
 class ProbeFields(TypedDict):
@@ -37,7 +34,6 @@ class SpeculativeConfig(TypedDict):
     quantization: str | None
     attention: str  # multi-row attention: exact, stable or vector (drafter/attention.py)
     rowwise_linear: bool  # multi-row products as batched one-row ones (drafter/rowwise.py)
-    verify_rows: str  # adaptive or all (VERIFY_ROWS)
     # tokens the draft head scores: its checkpoint's draft vocabulary, else the whole
     # vocabulary; None without a drafter
     draft_head_tokens: int | None

@@ -27,8 +27,7 @@ from drafter.decoding import (
     prefill,
 )
 from drafter.device import on_cpu, on_cuda
-from drafter.diagnostics import ATTENTION_MODES, VERIFY_ROWS
-from drafter.goodput import RowControl
+from drafter.diagnostics import ATTENTION_MODES
 from drafter.prompt_cache import PromptCache
 from drafter.rowwise import set_rowwise
 from drafter.sampling import (
@@ -55,7 +54,6 @@ class Engine:
         block_size: int | None = None,
         attention: str | None = None,
         rowwise_linear: bool | None = None,
-        verify_rows: str | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -69,13 +67,6 @@ class Engine:
         # None: wherever it pays (CUDA).
         self.rowwise_linear = on_cuda() if rowwise_linear is None else rowwise_linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
-        # How many rows a lone greedy round verifies: "all" of its width, or "adaptive"
-        # (as many as the drafts' confidences pay for, drafter/goodput.py: RowControl).
-        # None: adaptive where verify rows cost time (CPU), all elsewhere.
-        self.verify_rows = (
-            ("adaptive" if on_cpu() else "all") if verify_rows is None else verify_rows
-        )
-        self.row_controls: dict[int, RowControl] = {}  # one per width: its costs differ
 
     @property
     def attention(self) -> str:
@@ -88,23 +79,6 @@ class Engine:
         if mode == "vector":
             use_vector_attention(self.model)
         self._attention = mode
-
-    @property
-    def verify_rows(self) -> str:
-        return self._verify_rows
-
-    @verify_rows.setter
-    def verify_rows(self, mode: str) -> None:
-        if mode not in VERIFY_ROWS:
-            raise ValueError(f"verify_rows {mode!r} is none of {VERIFY_ROWS}")
-        self._verify_rows = mode
-
-    def row_control(self, width: int) -> RowControl | None:
-        """The per-round row choice for lone greedy rounds of `width`, or None when every
-        row is verified."""
-        if self.verify_rows != "adaptive" or width < 2:
-            return None
-        return self.row_controls.setdefault(width, RowControl(width))
 
     @property
     def stable_attention(self) -> bool:

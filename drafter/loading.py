@@ -60,7 +60,6 @@ class LoadOptions:
     dtype: str = "auto"
     warm_up: bool = True
     prompt_cache_bytes: int | None = None  # None: a share of the machine's memory; 0: off
-    verify_rows: str = "auto"  # adaptive | all | auto (adaptive on CPU): Engine.verify_rows
 
 
 @dataclass(frozen=True)
@@ -104,7 +103,6 @@ class Loaded:
             quantization=self.quantization,
             attention=self.engine.attention,
             rowwise_linear=self.engine.rowwise_linear,
-            verify_rows=self.engine.verify_rows,
             draft_head_tokens=None if drafter is None else drafter.head_tokens,
             exactness=self.exactness,
             warm_up_s=self.warm_up_s,
@@ -177,7 +175,6 @@ def load_engine(options: LoadOptions) -> Loaded:
         context_length=context_length(target_path),
         drafter=drafter if speculative else None,
         block_size=resolution.width if speculative else None,
-        verify_rows=None if options.verify_rows == "auto" else options.verify_rows,
     )
     if not speculative:
         exactness = "off" if options.exactness == "off" else "n/a"

@@ -23,11 +23,8 @@ rollback, count).
 A round costs one drafter forward, one target forward and, on the greedy
 path, one host sync: every row's log-probabilities and choice are one
 vectorised operation over the (B, V) logits, evaluated together with the
-drafts. With adaptive verify rows (the CPU default, `Engine.verify_rows`), a
-lone greedy round syncs once more, after the draft, to read the drafts'
-confidences and verify only the rows they pay for (drafter/goodput.py).
-`RoundTimer` (for `draftwise profile`) splits a round into stages by evaluating
-each stage's outputs as it ends.
+drafts. `RoundTimer` (for `draftwise profile`) splits a round into stages by
+evaluating each stage's outputs as it ends.
 """
 
 from __future__ import annotations
@@ -35,7 +32,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
@@ -110,9 +107,6 @@ class Round:
     drafts: mx.array
     draft_logprobs: mx.array | None
     ckpt: rollback.Checkpoint | None  # None: a batch's cache, rolled back by the batch
-    confidences: mx.array | None = None  # greedy: the drafter's probability per draft
-    drafted_width: int = 0  # the block the drafter ran at (0: `width`); more than
-    # `width` when adaptive rows cut the round (a round of one row still drafted)
     rows: mx.array | None = None
     choices: mx.array | None = None
     target: mx.array | None = None
@@ -123,19 +117,6 @@ class Round:
         """The rows the target verifies: [anchor, d1 .. d(B-1)]."""
         anchor = mx.array([self.anchor])
         return anchor if self.width == 1 else mx.concatenate([anchor, self.drafts])
-
-    def verifying(self, rows: int) -> Round:
-        """This round cut to its first `rows` rows (the anchor and rows - 1 drafts)."""
-        if rows == self.width:
-            return self
-        drafted = self.drafted_width or self.width
-        return replace(
-            self,
-            width=rows,
-            drafts=self.drafts[: rows - 1],
-            confidences=None,
-            drafted_width=drafted,
-        )
 
     def arrays(self) -> list[mx.array]:
         """What the round's one host sync evaluates."""
@@ -235,25 +216,16 @@ class Session:
     def round(
         self, anchor: int, budget: int, width: int | None = None
     ) -> tuple[list[int], mx.array]:
-        """One draft-verify-accept round, alone, at up to `width` rows (default: the
-        session's): see `open`, `judge` and `close`. With the engine's adaptive verify
-        rows (drafter/goodput.py: RowControl), the drafts are read first and the round
-        verifies only as many of them as their confidences pay for."""
-        began = time.perf_counter()
+        """One draft-verify-accept round, alone, at `width` rows (default: the
+        session's): see `open`, `judge` and `close`."""
         current = self.open(anchor, self.width if width is None else width)
         self.mark("draft", current.drafts)
-        control = self.engine.row_control(current.width) if self.params.greedy else None
-        if control is not None and current.confidences is not None:
-            mx.eval(current.drafts, current.confidences)  # adaptive rows: a second sync
-            current = current.verifying(control.choose(current.confidences.tolist()).width)
         logits = self.model(current.tokens[None], cache=self.cache)[0]
         verified = None if self.capture is None else self.capture.features()
         self.mark("verify", logits, *([] if verified is None else [verified]))
         self.judge(current, logits, verified)
         self.mark("choose", *current.arrays()[1:])
         mx.eval(current.arrays())  # the round's one host sync
-        if control is not None:
-            control.observe_round(current.width, time.perf_counter() - began)
         return self.close(current, budget)
 
     def open(
@@ -268,7 +240,7 @@ class Session:
         draft_logits: this request's (B-1, V) rows of a batched drafter forward
         (drafter/batch.py); by default the drafter runs here. checkpoint=False: the
         target cache is a batch's, which rolls itself back."""
-        drafts, draft_logprobs, confidences = mx.array([], dtype=mx.int32), None, None
+        drafts, draft_logprobs = mx.array([], dtype=mx.int32), None
         if width > 1:
             if draft_logits is None:
                 assert self.drafter is not None
@@ -276,10 +248,8 @@ class Session:
                     anchor, self.take_context(), self.draft_cache, width
                 )
             drafts, draft_logprobs = self.draft(draft_logits)
-            if self.params.greedy:  # lazy: computed only when a RowControl reads it
-                confidences = mx.softmax(draft_logits.astype(mx.float32), axis=-1).max(axis=-1)
         ckpt = rollback.checkpoint(self.cache) if checkpoint else None
-        return Round(anchor, width, drafts, draft_logprobs, ckpt, confidences=confidences)
+        return Round(anchor, width, drafts, draft_logprobs, ckpt)
 
     def take_context(self) -> mx.array:
         """The features gathered since the drafter's last block; it takes them in now."""
@@ -314,7 +284,7 @@ class Session:
                 current.target, current.draft_logprobs, draft_list, self.chooser
             )
         self.mark("sync")
-        self.record(n, current.width, current.drafted_width or current.width)
+        self.record(n, current.width)
         tokens = self.truncate(draft_list[:n] + [next_token], budget)
         kept = len(tokens)  # the anchor and the emitted drafts
         if current.ckpt is not None:
@@ -359,12 +329,10 @@ class Session:
                 return tokens[: i + 1]
         return tokens
 
-    def record(self, n_accepted: int, width: int, drafted_width: int) -> None:
-        """Count a round that verified `width` rows of a block drafted `drafted_width`
-        wide; a classic step (nothing drafted) is not a round."""
+    def record(self, n_accepted: int, width: int) -> None:
         self.last_accepted = n_accepted
-        if drafted_width == 1:
-            return
+        if width == 1:
+            return  # a classic step: nothing drafted
         self.stats.rounds += 1
         self.stats.drafted += width - 1
         self.stats.accepted += n_accepted

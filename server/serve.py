@@ -41,7 +41,6 @@ def load_options(
         exactness=settings.exactness,
         dtype=settings.dtype,
         prompt_cache_bytes=settings.prompt_cache_bytes,
-        verify_rows=settings.verify_rows,
     )
 
 

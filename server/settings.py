@@ -196,14 +196,7 @@ class ServeSettings(BaseSettings):
         ge=0,
     )
 
-    verify_rows: Literal["auto", "adaptive", "all"] = setting(
-        "auto",
-        scope="worker",
-        help="rows a lone greedy round verifies: adaptive (as many as its drafts' "
-        "confidences pay for) | all | auto (adaptive on CPU, all elsewhere)",
-    )
-
-    @field_validator("log_level", "exactness", "dtype", "verify_rows", mode="before")
+    @field_validator("log_level", "exactness", "dtype", mode="before")
     @classmethod
     def _lowercase(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value

@@ -783,8 +783,8 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=[],
         metavar="ARG",
         help="repeatable: every width also runs with these extra serve arguments, in the "
-        "same sweep (labelled 'width N (ARGS)'), e.g. --compare-server-arg=--verify-rows "
-        "--compare-server-arg=all",
+        "same sweep (labelled 'width N (ARGS)'), e.g. --compare-server-arg=--dtype "
+        "--compare-server-arg=bfloat16",
     )
     parser.set_defaults(func=run_bench)
     return parser

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drafter.diagnostics import ATTENTION_MODES, VERIFY_ROWS  # no MLX: the parser stays light
+from drafter.diagnostics import ATTENTION_MODES  # no MLX: the CLI parser stays light
 
 if TYPE_CHECKING:
     from drafter.decoding import GenerationStats
@@ -40,7 +40,6 @@ class WidthProfile:
     backend: str
     attention: str
     linear: str
-    verify_rows: str  # adaptive or all (drafter/goodput.py: RowControl)
     rounds: int
     acceptance_length: float
     round_ms: float  # warm, plain: median wall time of a round (the --prompt repeats)
@@ -72,13 +71,6 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(whole 256-row buffer, masked), vector (the CUDA vector kernel in chunks), "
         "or auto (vector on CUDA). On CUDA, stable pays only with cuDNN attention on "
         "(MLX_CUDA_USE_CUDNN_SDPA=1), vector only with it off (unset or 0)",
-    )
-    parser.add_argument(
-        "--verify-rows",
-        choices=("auto", *VERIFY_ROWS),
-        default="auto",
-        help="rows a round verifies: adaptive (as its drafts' confidences pay for), all, "
-        "or auto (adaptive on CPU), as `draftwise serve --verify-rows`",
     )
     parser.add_argument(
         "--linear",
@@ -121,7 +113,6 @@ def run_profile(args: argparse.Namespace) -> int:
         exactness="off",
         dtype=args.dtype,
         warm_up=False,  # the cold figure is the first request after load
-        verify_rows=args.verify_rows,
     )
     loaded = load_engine(options)
     if loaded.engine.drafter is None:
@@ -140,7 +131,6 @@ def run_profile(args: argparse.Namespace) -> int:
             loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
         )
         result.backend, result.attention, result.linear = loaded.device.backend, attention, linear
-        result.verify_rows = loaded.engine.verify_rows
         print(json.dumps(asdict(result)) if args.json else table_row(result), flush=True)
     return 0
 
@@ -209,7 +199,6 @@ def profile_width(
         backend="",
         attention="",
         linear="",
-        verify_rows="",
         rounds=rounds,
         acceptance_length=round(accepted_length, 3),
         round_ms=round(round_ms, 3),

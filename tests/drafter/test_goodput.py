@@ -1,11 +1,9 @@
 """The per-step width choice: measured cost and acceptance decide, a lone sequence keeps
-the resolved width, and every width is measured before it can be ruled out. For a lone
-greedy round, the rows it verifies: its drafts' confidences and the measured cost of each
-row count decide."""
+the resolved width, and every width is measured before it can be ruled out."""
 
 from __future__ import annotations
 
-from drafter.goodput import REPROBE, RowControl, WidthControl, candidate_widths, expected_tokens
+from drafter.goodput import REPROBE, WidthControl, candidate_widths
 
 
 def measured(control: WidthControl, batch: int, cost: dict[int, float]) -> None:
@@ -86,46 +84,3 @@ def test_one_slow_step_does_not_rule_a_width_out() -> None:
         control.observe_step(1, 8, 0.10)
     control.observe_step(1, 8, 5.0)  # one stall
     assert control.choose(8).width == 1
-
-
-def rows_measured(control: RowControl, cost: dict[int, float]) -> list[int]:
-    """Answer the control's exploration with `cost`; returns the rows it asked for."""
-    asked = []
-    while (choice := control.choose([0.5] * (control.ceiling - 1))).reason == "explore":
-        asked.append(choice.width)
-        control.observe_round(choice.width, cost[choice.width])
-    control.rounds -= 1  # that last choice was not run
-    return asked
-
-
-def test_expected_tokens_count_each_draft_by_the_chance_all_before_it_hold() -> None:
-    assert expected_tokens([]) == [1.0]
-    assert expected_tokens([0.5, 0.5, 1.0]) == [1.0, 1.5, 1.75, 2.0]
-
-
-def test_every_row_count_is_measured_three_times_widest_first() -> None:
-    control = RowControl(4)
-    asked = rows_measured(control, {1: 0.05, 2: 0.06, 3: 0.07, 4: 0.08})
-    assert asked == [4, 4, 4, 3, 3, 3, 2, 2, 2, 1, 1, 1]
-
-
-def test_an_unsure_draft_ends_the_verify_block_where_rows_cost() -> None:
-    control = RowControl(8)
-    rows_measured(control, {r: 0.050 + 0.004 * r for r in range(1, 9)})  # a CPU: rows cost
-    sure, unsure = 0.95, 0.05
-    assert control.choose([sure] * 7).width == 8
-    assert control.choose([sure, sure, unsure, sure, sure, sure, sure]).width == 3
-    assert control.choose([unsure] * 7).width == 1
-
-
-def test_every_row_is_verified_where_rows_are_free() -> None:
-    control = RowControl(8)
-    rows_measured(control, {r: 0.008 for r in range(1, 9)})  # a GPU at these sizes
-    assert control.choose([0.05] * 7).width == 8
-
-
-def test_the_stalest_row_count_is_measured_again_periodically() -> None:
-    control = RowControl(4)
-    rows_measured(control, {1: 0.05, 2: 0.06, 3: 0.07, 4: 0.08})
-    reasons = [control.choose([0.9] * 3).reason for _ in range(REPROBE)]
-    assert reasons.count("reprobe") == 1

@@ -159,27 +159,8 @@ def test_real_dflash_drafter_end_to_end_equals_classic(
     assert speculative == classic(pair, TOKENS)
 
 
-@pytest.mark.parametrize("width", [2, 4, 8])
-def test_adaptive_verify_rows_verify_fewer_rows_and_still_equal_classic(
-    pair: Pair, width: int
-) -> None:
-    """The row control first measures every row count (widest first), so some rounds
-    verify fewer rows than the width: fewer drafts checked, the same tokens."""
-    engine = engine_for(pair, pair.drafter, width)
-    engine.verify_rows = "adaptive"
-    stats = GenerationStats()
-    steps = engine.generate(PROMPT, 3 * TOKENS, SamplingParams(), stats)
-    tokens = [t.id for step in steps for t in step]
-    assert tokens == classic(pair, 3 * TOKENS)
-    assert stats.rounds >= 3 * width  # enough rounds to measure every row count
-    assert 0 < stats.drafted < stats.rounds * (width - 1)
-    control = engine.row_controls[width]
-    assert set(control.costs.times) == set(range(1, width + 1))
-
-
 def test_one_engine_serves_any_width_per_call_and_classic_with_width_none(pair: Pair) -> None:
     engine = engine_for(pair, pair.drafter, 4)
-    engine.verify_rows = "all"  # every round verifies its whole width
     reference = classic(pair, TOKENS)
     for width in (None, 2, 4, 16):
         stats = GenerationStats()

@@ -174,26 +174,26 @@ def test_a_compare_drafter_runs_each_width_again_right_after_it_with_that_drafte
 
 
 def test_compare_server_args_run_each_width_again_with_those_flags_last() -> None:
-    extra = ("--verify-rows", "all")
+    extra = ("--dtype", "bfloat16")
     config = BenchConfig(widths=(4, 8), server_args=("--log-level", "debug"))
     config = replace(config, compare_server_args=extra)
     plan = sweep_plan(config)
     assert [arm.label for arm in plan] == [
         "classic (first)",
-        "width 4", "width 4 (--verify-rows all)",
-        "width 8", "width 8 (--verify-rows all)",
+        "width 4", "width 4 (--dtype bfloat16)",
+        "width 8", "width 8 (--dtype bfloat16)",
         "classic (last)",
     ]  # fmt: skip
     plain, compared = (serve_command(config, arm, 9000) for arm in plan[1:3])
-    assert "--verify-rows" not in plain
-    assert compared[-4:] == ["--log-level", "debug", "--verify-rows", "all"]
+    assert plain[-2:] == ["--log-level", "debug"]
+    assert compared[-4:] == ["--log-level", "debug", "--dtype", "bfloat16"]
 
 
 def test_in_process_refuses_a_compare_drafter_before_loading_anything() -> None:
     with pytest.raises(BenchError, match="--compare-drafter needs a server per arm"):
         run_in_process(BenchConfig(widths=(4,), compare_drafter="/x"), print)
     with pytest.raises(BenchError, match="--compare-server-arg needs a server per arm"):
-        config = BenchConfig(widths=(4,), compare_server_args=("--verify-rows", "all"))
+        config = BenchConfig(widths=(4,), compare_server_args=("--dtype", "bfloat16"))
         run_in_process(config, print)
 
 
@@ -225,7 +225,6 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
         "quantization": None,
         "attention": "exact",
         "rowwise_linear": False,
-        "verify_rows": "adaptive",
         "draft_head_tokens": 16384,
         "exactness": "exact",
         "warm_up_s": None,
@@ -459,15 +458,16 @@ def test_a_sweep_compares_two_drafters_at_the_same_width_in_one_pass(
     assert record["setup"]["compare_drafter"] == str(other)
 
 
-def test_a_sweep_compares_verify_rows_at_the_same_width_in_one_pass(
+def test_a_sweep_compares_server_flags_at_the_same_width_in_one_pass(
     swept: tuple[dict, list[str], Path],
 ) -> None:
+    """The extra flags come after the bench's own, so they win: here no exactness probe."""
     _, _, root = swept
-    extra = ("--verify-rows", "all")
+    extra = ("--exactness", "off")
     config = tiny_sweep(root, widths=(3,), warmup=0, compare_server_args=extra, interleave=True)
     record = run_sweep(config, lambda _: None)
     arms = record["arms"]
-    assert [a["label"] for a in arms][1:3] == ["width 3", "width 3 (--verify-rows all)"]
-    assert [a["served"]["verify_rows"] for a in arms[1:3]] == ["adaptive", "all"]  # CPU: auto
+    assert [a["label"] for a in arms][1:3] == ["width 3", "width 3 (--exactness off)"]
+    assert [a["served"]["exactness"] for a in arms[1:3]] == ["exact", "off"]
     assert all(a["identical_to_classic"] for a in arms)
     assert record["setup"]["compare_server_args"] == list(extra)
