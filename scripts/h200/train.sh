@@ -7,6 +7,10 @@
 # split is by path hash and does not move), LR, DATA_S, BUDGET_S, SELF_CHAT, DISTILL (the
 # weight of the loss against the target's distribution) and EARLY_BOOST (extra anchors on
 # a continuation's first tokens) tune the run.
+# A run that ends within this call (BUDGET_S plus about 60 s of setup and evaluation under
+# WAIT_S, WAIT_S under the call's 600 s) comes back whole: its drafters' weights, configs,
+# vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back). Prefer that to a run spanning calls: if the hold
+# lapses between calls, the run is lost with the machine (session 12 lost one that way).
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
@@ -21,6 +25,11 @@ setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
   --batch 64 --split-mib 15 ${DISTILL:+--distill $DISTILL} ${EARLY_BOOST:+--early-boost $EARLY_BOOST} > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
-  sleep 5; grep -q '"event": "trained"\|Traceback' /root/keep/train/stdout.txt && break
+  sleep 5; grep -q '"event": "done"\|Traceback' /root/keep/train/stdout.txt && break
 done
+if grep -q '"event": "done"' /root/keep/train/stdout.txt; then
+  D=/root/keep/train
+  for d in $(cd $D && ls -d drafter-L*); do mkdir -p $OUT/$d && cp $D/$d/* $OUT/$d/; done
+  cp $D/train_log.json $OUT/
+fi
 grep -v Warning /root/keep/train/stdout.txt | cut -c1-600 | tail -40
