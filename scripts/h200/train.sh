@@ -7,10 +7,11 @@
 # split is by path hash and does not move), LR, DATA_S, BUDGET_S, SELF_CHAT, DISTILL (the
 # weight of the loss against the target's distribution) and EARLY_BOOST (extra anchors on
 # a continuation's first tokens) tune the run.
-# A run that ends within this call (BUDGET_S plus about 60 s of setup and evaluation under
-# WAIT_S, WAIT_S under the call's 600 s) comes back whole: its drafters' weights, configs,
-# vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back). Prefer that to a run spanning calls: if the hold
-# lapses between calls, the run is lost with the machine (session 12 lost one that way).
+# A run that ends within this call comes back whole: its drafters' weights, configs,
+# vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back).
+# That needs BUDGET_S plus about 120 s (payload, target, prompts, evaluation) under WAIT_S,
+# and WAIT_S under the call's 600 s. Prefer it to a run spanning calls: if the hold lapses
+# between calls, the run is lost with the machine (session 12 lost one that way).
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
