@@ -9,8 +9,8 @@
 # a continuation's first tokens) tune the run.
 # A run that ends within this call comes back whole: its drafters' weights, configs,
 # vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back).
-# That needs BUDGET_S plus about 120 s (payload, target, prompts, evaluation) under WAIT_S,
-# and WAIT_S under the call's 600 s. Prefer it to a run spanning calls: if the hold lapses
+# That needs BUDGET_S (the script's whole run, its evaluation included) plus about 30 s
+# (payload, target dir) under WAIT_S, and WAIT_S under the call's 600 s. Prefer it to a run spanning calls: if the hold lapses
 # between calls, the run is lost with the machine (session 12 lost one that way).
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
