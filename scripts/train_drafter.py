@@ -139,13 +139,12 @@ class FeatureTap:
         return hook
 
     @torch.no_grad()
-    def features(self, ids: torch.Tensor) -> torch.Tensor:
-        """(b, S) right-padded ids -> (b, S, len(layer_ids) * hidden) features. The
-        target's last hidden state (after its final norm) stays in `final`, for the
-        distillation loss."""
+    def features(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(b, S) right-padded ids -> the (b, S, len(layer_ids) * hidden) features, and the
+        target's last hidden state (after its final norm) for the distillation loss."""
         out = self.model.model(input_ids=ids, use_cache=False)
-        self.final = out.last_hidden_state
-        return torch.cat([self.outputs[lid] for lid in self.layer_ids], dim=-1)
+        tapped = torch.cat([self.outputs[lid] for lid in self.layer_ids], dim=-1)
+        return tapped, out.last_hidden_state
 
 
 # --- data -----------------------------------------------------------------------------
@@ -705,18 +704,16 @@ def block_loss(
         labels, valid = block_labels(ids, anchors, keep, widths, lengths, args.block_size)
         hidden = hidden.view(*labels.shape, -1)[valid]
         logits = target.lm_head(hidden).float()
+        if args.distill > 0:
+            scored = anchors[:, :, None] + torch.arange(args.block_size, device=device) - 1
+            rows = torch.arange(ids.shape[0], device=device)[:, None, None].expand_as(scored)
+            with torch.no_grad():
+                q = target.lm_head(final[rows[valid], scored[valid]]).float().softmax(-1)
     k = torch.arange(args.block_size, device=device).expand_as(labels)[valid]
     weight = torch.exp(-(k - 1).clamp(min=0).float() / args.gamma)
     hard = (F.cross_entropy(logits, labels[valid], reduction="none") * weight).sum() / weight.sum()
     loss = hard
     if args.distill > 0:
-        scored = anchors[:, :, None] + torch.arange(args.block_size, device=device) - 1
-        rows = torch.arange(ids.shape[0], device=device)[:, None, None].expand_as(scored)
-        with (
-            torch.no_grad(),
-            torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"),
-        ):
-            q = target.lm_head(final[rows[valid], scored[valid]]).float().softmax(-1)
         soft = -(q * logits.log_softmax(-1)).sum(-1)
         loss = (1 - args.distill) * hard + args.distill * (soft * weight).sum() / weight.sum()
     correct = logits.argmax(-1) == labels[valid]
@@ -728,8 +725,7 @@ def batch_features(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The tapped layers' outputs and the target's last hidden state."""
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        tapped = tap.features(ids)
-    return tapped, tap.final
+        return tap.features(ids)
 
 
 def train_step(
@@ -834,7 +830,7 @@ def draft_hits(
     b, s = ids.shape
     amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     with amp:
-        features = tap.features(ids)
+        features, _ = tap.features(ids)
     hits = torch.zeros((b, s), dtype=torch.long, device=device)
     for start in range(int(prompt_lengths.min()), s - 1, window):
         anchors = torch.arange(start, min(start + window, s), device=device).expand(b, -1)
