@@ -72,7 +72,7 @@ from drafter.checkpoints.gguf_layout import llama_weights  # noqa: E402
 MASK_TOKEN_ID = 16  # "<empty_output>": a special token plain text never produces
 EOS_IDS = (0, 2)  # <|endoftext|>, <|im_end|>
 PAD_ID = 2
-WIDTHS = (2, 4, 8, 16)  # evaluated widths
+WIDTHS = (2, 4, 8, 16)  # evaluated widths (those up to --block-size)
 START = time.perf_counter()
 
 
@@ -1249,7 +1249,7 @@ def main(argv: list[str] | None = None) -> None:
     vocab = torch.tensor(vocab_ids, device=device) if vocab_ids else None
     heads = [("full", None)] + ([("draft_vocab", vocab)] if vocab is not None else [])
     for t in trainees:
-        for width in WIDTHS:
+        for width in (w for w in WIDTHS if w <= args.block_size):
             for head, ids in heads if width == 8 else heads[-1:]:
                 for split_name, data in (("held_out", eval_data), ("short", short_data)):
                     result = acceptance(t.model, target, tap, data, width, device, vocab=ids)

@@ -6,7 +6,8 @@
 # for a fresh start), SEED (which training windows and sampled user turns; the held-out
 # split is by path hash and does not move), LR, DATA_S, BUDGET_S, SELF_CHAT, DISTILL (the
 # weight of the loss against the target's distribution) and EARLY_BOOST (extra anchors on
-# a continuation's first tokens) tune the run.
+# a continuation's first tokens) tune the run; TRAIN_ARGS goes to train_drafter.py as is
+# (e.g. "--block-size 8").
 # A run that ends within this call comes back whole: its drafters' weights, configs,
 # vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back).
 # That needs BUDGET_S (the script's whole run, its evaluation included) plus about 30 s
@@ -24,7 +25,7 @@ setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
   ${INIT:+--init $INIT} --seed ${SEED:-0} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
   --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
-  --batch 64 --split-mib 15 ${DISTILL:+--distill $DISTILL} ${EARLY_BOOST:+--early-boost $EARLY_BOOST} > /root/keep/train/stdout.txt 2>&1 < /dev/null &
+  --batch 64 --split-mib 15 ${DISTILL:+--distill $DISTILL} ${EARLY_BOOST:+--early-boost $EARLY_BOOST} $TRAIN_ARGS > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "done"\|Traceback' /root/keep/train/stdout.txt && break
 done
