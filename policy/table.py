@@ -36,8 +36,10 @@ TABLE: tuple[TableEntry, ...] = (
         remeasure_when=(
             "MLX's CUDA vector attention kernel (sdpa_vector, which verify rows take here in "
             "chunks of 3) or its one-row linear path changes, or the default drafter is "
-            "retrained (8 beat classic with disjoint ranges in 1 of 3 sweeps, 16 in 1 of 2; "
-            "8 had the better median in both sweeps that ran them side by side)"
+            "retrained (seed-1 drafter: 8 beat classic with disjoint ranges in 1 of 3 "
+            "sweeps, 16 in 1 of 2, 8 with the better median in both that ran them side by "
+            "side; the block-8 drafter, whose widest block is 8: 1.70x on 12 held-out "
+            "prompts, disjoint, h200-heldout12-w8-blk8.md; narrower widths not re-measured)"
         ),
     ),
     TableEntry(
@@ -63,15 +65,16 @@ TABLE: tuple[TableEntry, ...] = (
         drafter_kind="dflash",
         blas="mkl",
         width=4,
-        record="docs/benchmark_results/cpu-short22-mkl.md",
+        record="docs/benchmark_results/cpu-heldout24-w3-w4-blk8.md",
         mlx_version="0.32.4",
         remeasure_when=(
             "MKL's few-row sgemm changes (today 3 and 4 rows cost 1.07-1.08x one row under "
             "MKL_CBWR=AUTO,STRICT, cpu-blas-mkl.md), the weight dtype changes, or the "
-            "default drafter is retrained (float32 target on an Intel Xeon: on the 22 short "
-            "prompts 4 beat classic by 1.47x and 3 by 1.43x, on the 7-prompt set 4 by 1.70x "
-            "and 3 by 1.53x, cpu-default-pair-mkl.md; 4's range lay above 3's in both; "
-            "MKL was not measured on an AMD CPU)"
+            "default drafter is retrained (float32 target on an Intel Xeon, the block-8 "
+            "drafter: on 24 held-out prompts 4 beat classic by 1.66x and 3 by 1.54x, 4's "
+            "range above 3's; on the 22 short prompts 4 by 1.50x and 8 by 1.34x, "
+            "cpu-short22-blk8-vs-seed1.md; with the seed-1 drafter 4 led 3 on both the 22 "
+            "short and the 7 evaluation prompts; MKL was not measured on an AMD CPU)"
         ),
     ),
     TableEntry(

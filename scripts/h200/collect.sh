@@ -13,7 +13,7 @@ grep '"acceptance"' $D/stdout.txt | grep '"width": 8' | cut -c1-300
 grep -v '"acceptance"\|Warning' $D/stdout.txt | tail -6 | cut -c1-300
 P="python3 -m server.cli profile --json --max-tokens 128 --repeats 2 --requests 8"
 for d in $DRAFTERS; do
-  timeout ${PROFILE_S:-120} $P --draft-model $D/$d --width ${PROFILE_WIDTHS:-4,8,16} \
+  timeout ${PROFILE_S:-120} $P --draft-model $D/$d --width ${PROFILE_WIDTHS:-4,8} \
     | sed "s/^/{\"drafter\": \"$d\", \"p\": /; s/$/}/" >> /root/keep/profile.jsonl 2>> /root/keep/profile.log
 done
 cp /root/keep/profile.jsonl /root/keep/profile.log $OUT/ 2>/dev/null

@@ -58,7 +58,7 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("profile", help="per-stage times of a speculative round")
     parser.add_argument("--model", default=None, help="target directory; default: the pair")
     parser.add_argument("--draft-model", default=None, help="drafter directory")
-    parser.add_argument("--width", default="4", help="a width, or several: 2,4,8,16")
+    parser.add_argument("--width", default="4", help="a width, or several: 2,4,8 (up to the block)")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3, help="warm requests per measurement")

@@ -48,7 +48,7 @@ def test_shipped_config_is_the_published_dflash_format() -> None:
     assert config["architectures"] == ["DFlashDraftModel"]
     assert config["model_type"] == "qwen3"
     assert config["num_target_layers"] == 30
-    assert config["block_size"] == 16
+    assert config["block_size"] == 8  # trained on the widths the policy serves (2 to 8)
     assert config["num_hidden_layers"] == LAYERS
     assert (config["hidden_size"], config["vocab_size"]) == (576, 49152)
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (9, 3)
@@ -74,7 +74,7 @@ def test_shipped_drafter_loads_against_the_converted_target(
     assert drafter.head_tokens == 16384  # its draft vocabulary (draft_vocab.json)
     assert load_drafter(DRAFTER_DIR, target[0], draft_vocab=False).head_tokens == 49152
     assert drafter.target_layer_ids == [1, 8, 14, 20, 27]
-    assert drafter.max_width == 16
+    assert drafter.max_width == 8
     assert drafter.mask_token_id == 16
 
 

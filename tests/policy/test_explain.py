@@ -59,7 +59,7 @@ def test_explain_gives_a_cpu_with_mkl_its_own_entry(capsys: pytest.CaptureFixtur
     assert code == 0
     assert out.splitlines()[:2] == ["width: 4", "source: policy"]
     assert "reason: cpu mkl unquantized dflash: measured" in out
-    assert "docs/benchmark_results/cpu-short22-mkl.md" in out
+    assert "docs/benchmark_results/cpu-heldout24-w3-w4-blk8.md" in out
 
 
 def test_explain_refuses_a_blas_off_cpu(capsys: pytest.CaptureFixture[str]) -> None:

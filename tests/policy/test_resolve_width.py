@@ -80,7 +80,7 @@ def test_an_unquantized_target_on_cpu_with_mkl_gets_its_own_measured_width_4() -
     resolution = resolve(Device("cpu", blas="mkl"), None)
     assert (resolution.width, resolution.source) == (4, "policy")
     assert resolution.reason.startswith("cpu mkl unquantized dflash: measured")
-    assert "cpu-short22-mkl.md" in resolution.reason
+    assert "cpu-heldout24-w3-w4-blk8.md" in resolution.reason
 
 
 def test_a_4bit_target_on_cpu_with_mkl_keeps_the_classic_entry_for_any_blas() -> None:
