@@ -684,6 +684,11 @@ class BlockLoss:
     row1_accuracy: torch.Tensor
 
 
+def bf16_autocast(device: torch.device) -> torch.autocast:
+    """bf16 autocast on CUDA; a no-op elsewhere (CPU smoke runs stay in float32)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+
 def block_loss(
     drafter: Drafter,
     target: nn.Module,
@@ -699,7 +704,7 @@ def block_loss(
     anchored at t predicts token t + k, which the target scored at position t + k - 1."""
     ids, lengths, anchors, keep, widths = batch
     tapped, final = features
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with bf16_autocast(device):
         hidden = draft_hidden(drafter, target, tapped, ids, anchors, keep, widths, args.block_size)
         labels, valid = block_labels(ids, anchors, keep, widths, lengths, args.block_size)
         hidden = hidden.view(*labels.shape, -1)[valid]
@@ -724,7 +729,7 @@ def batch_features(
     tap: FeatureTap, ids: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The tapped layers' outputs and the target's last hidden state."""
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+    with bf16_autocast(device):
         return tap.features(ids)
 
 
@@ -828,16 +833,14 @@ def draft_hits(
     """hits[r][p]: leading drafts of the block anchored at p that equal the continuation.
     vocab: a draft vocabulary (token ids) the draft head is restricted to, or None."""
     b, s = ids.shape
-    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    with amp:
-        features, _ = tap.features(ids)
+    features, _ = batch_features(tap, ids, device)
     hits = torch.zeros((b, s), dtype=torch.long, device=device)
     for start in range(int(prompt_lengths.min()), s - 1, window):
         anchors = torch.arange(start, min(start + window, s), device=device).expand(b, -1)
         keep = (anchors >= prompt_lengths[:, None]) & (anchors <= lengths[:, None] - 2)
         anchors = torch.where(keep, anchors, torch.zeros_like(anchors))
         widths = torch.full_like(anchors, width)
-        with amp:
+        with bf16_autocast(device):
             hidden = draft_hidden(drafter, target, features, ids, anchors, keep, widths, width)
             if vocab is None:
                 preds = target.lm_head(hidden).argmax(-1)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # H200 call: round cost before (exact-length keys) and after (stable keys), bf16 default
-# pair and the 4-bit g32 target, per-stage profiles at widths 2, 4, 8 (16 too while the default drafter had blocks of 16).
+# pair and the 4-bit g32 target, per-stage profiles at widths 2, 4, 8 (16 too while the
+# default drafter had blocks of 16).
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

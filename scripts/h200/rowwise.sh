@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # H200 call: rowwise products against the matrix kernels. The forward's time per row
 # count and its distance from one-row steps (scripts/h200/rowwise.py), then per-stage
-# profiles of the default pair (bf16) at widths 2, 4, 8 (16 too while the default drafter had blocks of 16) with each arm.
+# profiles of the default pair (bf16) with each arm at widths 2, 4, 8 (16 too while the
+# default drafter had blocks of 16).
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv

@@ -11,8 +11,9 @@
 # A run that ends within this call comes back whole: its drafters' weights, configs,
 # vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back).
 # That needs BUDGET_S (the script's whole run, its evaluation included) plus about 30 s
-# (payload, target dir) under WAIT_S, and WAIT_S under the call's 600 s. Prefer it to a run spanning calls: if the hold lapses
-# between calls, the run is lost with the machine (session 12 lost one that way).
+# (payload, target dir) under WAIT_S, and WAIT_S under the call's 600 s. Prefer it to a
+# run spanning calls: if the hold lapses between calls, the run is lost with the machine
+# (session 12 lost one that way).
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
@@ -25,7 +26,8 @@ setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
   ${INIT:+--init $INIT} --seed ${SEED:-0} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
   --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
-  --batch 64 --split-mib 15 ${DISTILL:+--distill $DISTILL} ${EARLY_BOOST:+--early-boost $EARLY_BOOST} $TRAIN_ARGS > /root/keep/train/stdout.txt 2>&1 < /dev/null &
+  --batch 64 --split-mib 15 ${DISTILL:+--distill $DISTILL} \
+  ${EARLY_BOOST:+--early-boost $EARLY_BOOST} $TRAIN_ARGS > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "done"\|Traceback' /root/keep/train/stdout.txt && break
 done
