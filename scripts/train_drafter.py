@@ -1102,13 +1102,34 @@ def drafter_weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def warm_start(trainee: Trainee, init: Path) -> None:
-    """Load a saved drafter's weights into the trainee; its depth must match."""
+    """Load a saved drafter's weights into the trainee, which may be larger than it.
+
+    The grown drafter starts as the saved one: layers past the saved depth begin with
+    zero output projections (`o_proj`, `down_proj`), so each adds nothing to the
+    residual stream, and taps the saved drafter lacked get zero columns in `fc`.
+    """
     config = json.loads((init / "config.json").read_text())
-    if config["num_hidden_layers"] != trainee.layers:
+    old_taps = config["dflash_config"]["target_layer_ids"]
+    new_taps = trainee.config["dflash_config"]["target_layer_ids"]
+    if config["num_hidden_layers"] > trainee.layers or not set(old_taps) <= set(new_taps):
         raise SystemExit(
-            f"--init {init} has {config['num_hidden_layers']} layers, not {trainee.layers}"
+            f"--init {init} ({config['num_hidden_layers']} layers, taps {old_taps}) does not "
+            f"fit in {trainee.layers} layers with taps {new_taps}"
         )
-    trainee.model.load_state_dict(drafter_weights(init), strict=True)
+    saved = drafter_weights(init)
+    d = config["hidden_size"]
+    fc = torch.zeros(d, len(new_taps) * d)
+    for i, layer_id in enumerate(old_taps):
+        j = new_taps.index(layer_id)
+        fc[:, j * d : (j + 1) * d] = saved["fc.weight"][:, i * d : (i + 1) * d]
+    saved["fc.weight"] = fc
+    fresh = trainee.model.state_dict()
+    for n in range(config["num_hidden_layers"], trainee.layers):
+        prefix = f"layers.{n}."
+        saved.update({k: v.detach().clone() for k, v in fresh.items() if k.startswith(prefix)})
+        saved[prefix + "self_attn.o_proj.weight"].zero_()
+        saved[prefix + "mlp.down_proj.weight"].zero_()
+    trainee.model.load_state_dict(saved, strict=True)
 
 
 def checkpoint_path(args: argparse.Namespace, trainee: Trainee) -> Path:
