@@ -20,7 +20,7 @@ GB10_RECORD = "docs/benchmark_results/gb10-qwen3.5-4b-4bit-dflash-published.md"
 GB10 = Device("cuda", (12, 1))
 H200 = Device("cuda", (9, 0))
 H200_RECORD = "docs/benchmark_results/h200-seed1-drafter.md"
-H200_AFFINE_RECORD = "docs/benchmark_results/h200-q4g32-served.md"
+H200_AFFINE_RECORD = "docs/benchmark_results/h200-q4g32-heldout12-w3-w4-blk8.md"
 V100 = Device("cuda", (7, 0))
 ALL_QUANT = (None, *QUANT_MODES)
 
