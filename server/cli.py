@@ -59,13 +59,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_explain(args)
     if args.command == "serve":
         return run_serve(args, os.environ)
-    if args.command == "profile":  # measures MLX: with the BLAS serve would use
-        try:
-            reexec_with_chosen_blas(sys.orig_argv, os.environ)
-        except BlasSettingError as error:
-            print(f"error: invalid setting {error}", file=sys.stderr)
-            return EXIT_BAD_VALUE
+    # profile measures MLX with the BLAS serve would use
+    if args.command == "profile" and with_chosen_blas(os.environ) is None:
+        return EXIT_BAD_VALUE
     return args.func(args)
+
+
+def with_chosen_blas(environ: Mapping[str, str]) -> str | None:
+    """reexec_with_chosen_blas's note (run before MLX is imported: it may replace this
+    process with itself plus a fast BLAS), or None once it has printed why
+    DRAFTWISE_BLAS is bad."""
+    try:
+        return reexec_with_chosen_blas(sys.orig_argv, environ)
+    except BlasSettingError as error:
+        print(f"error: invalid setting {error}", file=sys.stderr)
+        return None
 
 
 def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -90,11 +98,8 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         label = policy_file_label(settings, flags, environ)
         print(f"error: invalid setting {label}: {error}", file=sys.stderr)
         return EXIT_BAD_VALUE
-    try:
-        # Before MLX is imported: may replace this process with itself plus a fast BLAS.
-        blas_note = reexec_with_chosen_blas(sys.orig_argv, environ)
-    except BlasSettingError as error:
-        print(f"error: invalid setting {error}", file=sys.stderr)
+    blas_note = with_chosen_blas(environ)
+    if blas_note is None:
         return EXIT_BAD_VALUE
     from server.serve import serve  # MLX and uvicorn load only when serving
 

@@ -33,3 +33,15 @@ def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path:
         assert all(ms >= 0 for ms in row["stages_ms"].values())
         assert row["round_ms"] > 0 and row["step_ms"] > 0
         assert row["acceptance_length"] >= 1.0
+
+
+def test_profile_with_a_bad_blas_setting_stops_naming_it_before_loading_anything(
+    tmp_path: Path,
+) -> None:
+    command = [sys.executable, "-m", "server.cli", "profile", "--json", "--width", "2"]
+    command += ["--model", str(tmp_path / "absent"), "--draft-model", str(tmp_path / "absent")]
+    env = {"PATH": "/usr/bin:/bin", "DRAFTWISE_BLAS": "fast"}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: invalid setting") and "DRAFTWISE_BLAS='fast'" in line
