@@ -9,7 +9,10 @@
 # a continuation's first tokens) tune the run; TRAIN_ARGS goes to train_drafter.py as is
 # (e.g. "--block-size 8").
 # A run that ends within this call comes back whole: its drafters' weights, configs,
-# vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back).
+# vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back;
+# parts of 15.5 MiB keep even a 6-layer drafter with 8 taps, 47.8 MB, to 3 of them).
+# BRING names the depths that come back (e.g. "6"; default all of LAYERS): with two
+# depths trained side by side, bring one, or fetch the other in a second call.
 # That needs BUDGET_S (the script's whole run, its evaluation included) plus about 30 s
 # (payload, target dir) under WAIT_S, and WAIT_S under the call's 600 s. Prefer it to a
 # run spanning calls: if the hold lapses between calls, the run is lost with the machine
@@ -26,14 +29,18 @@ setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
   --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
   ${INIT:+--init $INIT} --seed ${SEED:-0} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
   --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
-  --batch 64 --split-mib 15 ${DISTILL:+--distill $DISTILL} \
+  --batch 64 --split-mib 15.5 ${DISTILL:+--distill $DISTILL} \
   ${EARLY_BOOST:+--early-boost $EARLY_BOOST} $TRAIN_ARGS > /root/keep/train/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "done"\|Traceback' /root/keep/train/stdout.txt && break
 done
 if grep -q '"event": "done"' /root/keep/train/stdout.txt; then
   D=/root/keep/train
-  for d in $(cd $D && ls -d drafter-L*); do mkdir -p $OUT/$d && cp $D/$d/* $OUT/$d/; done
+  for d in $(cd $D && ls -d drafter-L*); do
+    case " ${BRING:-${LAYERS:-5}} " in
+      *" ${d#drafter-L} "*) mkdir -p $OUT/$d && cp $D/$d/* $OUT/$d/ ;;
+    esac
+  done
   cp $D/train_log.json $OUT/
 fi
 grep -v Warning /root/keep/train/stdout.txt | cut -c1-600 | tail -40
