@@ -11,12 +11,12 @@
 # A run that ends within this call comes back whole: its drafters' weights, configs,
 # vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back;
 # parts of 15.5 MiB keep even a 6-layer drafter with 8 taps, 47.8 MB, to 3 of them).
-# BRING names the depths that come back (e.g. "6"; default all of LAYERS): with two
-# depths trained side by side, bring one, or fetch the other in a second call.
 # That needs BUDGET_S (the script's whole run, its evaluation included) plus about 30 s
 # (payload, target dir) under WAIT_S, and WAIT_S under the call's 600 s. Prefer it to a
 # run spanning calls: if the hold lapses between calls, the run is lost with the machine
 # (session 12 lost one that way).
+# BRING names the depths that come back (e.g. "6"; default all of LAYERS): with two
+# depths trained side by side, bring one, or fetch the other in a second call.
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
