@@ -1,0 +1,84 @@
+"""Tokens each speculative round emits, prompt by prompt, through the real engine.
+
+A served sweep reports acceptance as one mean per prompt. This shows what the mean hides:
+how many rounds accept no draft at all (they emit only the target's own token) and how
+many accept the whole block. Greedy, EOS ignored, as the sweep runs; the default pair
+unless --model / --draft-model name another; the BLAS the server would choose.
+
+    .venv/bin/python scripts/round_emits.py --width 8 --tokens 64 \\
+        --prompts-file server/tooling/short_prompts.json --out rounds.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from server.blas import reexec_with_chosen_blas  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prompts-file", type=Path, required=True, help="a bench prompts file")
+    p.add_argument("--width", type=int, default=8)
+    p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--model", default=None, help="default: the embedded pair's target")
+    p.add_argument("--draft-model", default=None, help="default: the embedded pair's drafter")
+    p.add_argument("--out", type=Path, required=True, help="JSON: every prompt's rounds")
+    return p.parse_args(argv)
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per kind: rounds, the share that accepted no draft, the share that accepted all,
+    and tokens per round. The prefill's first token is not a round."""
+    out = {}
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        emits = [e for r in rows if r["kind"] == kind for e in r["emitted"][1:]]
+        width = rows[0]["width"]
+        out[kind] = {
+            "rounds": len(emits),
+            "no_draft_accepted": round(sum(e == 1 for e in emits) / len(emits), 3),
+            "all_accepted": round(sum(e == width for e in emits) / len(emits), 3),
+            "tokens_per_round": round(sum(emits) / len(emits), 3),
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    print(reexec_with_chosen_blas(sys.orig_argv, os.environ), flush=True)
+    from drafter.decoding import GenerationStats
+    from drafter.loading import LoadOptions, load_engine
+    from drafter.sampling import SamplingParams
+    from server.settings import default_cache_dir
+
+    options = LoadOptions(
+        cache_dir=default_cache_dir(),
+        model=args.model,
+        draft_model=args.draft_model,
+        draft_block_size=str(args.width),
+        exactness="off",
+    )
+    engine = load_engine(options).engine
+    spec = json.loads(args.prompts_file.read_text())
+    rows: list[dict[str, Any]] = []
+    for kind, text in zip(spec["kinds"], spec["prompts"], strict=True):
+        prompt = engine.tokenizer.encode(text)
+        rounds = engine.generate(
+            prompt, args.tokens, SamplingParams(), GenerationStats(), True, args.width
+        )
+        emitted = [len(tokens) for tokens in rounds]
+        rows.append({"kind": kind, "width": args.width, "prompt": text, "emitted": emitted})
+        print(kind, emitted, flush=True)
+    result = {"summary": summary(rows), "prompts": rows}
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
