@@ -1,0 +1,39 @@
+"""scripts/round_emits.py runs the real engine on a real pair from disk and accounts for
+every token: each prompt's rounds add up to the tokens asked for, none above the width."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from drafter.checkpoints.tiny import write_tiny_model
+from drafter.dflash import write_random_drafter
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_every_round_is_counted_and_the_summary_is_per_kind(tmp_path: Path) -> None:
+    target = write_tiny_model(tmp_path / "target", "qwen3")
+    drafter = write_random_drafter(tmp_path / "drafter", target)
+    prompts = tmp_path / "prompts.json"
+    spec = {"kinds": ["code", "prose", "code"], "prompts": ["def f(x):", "Once upon", "x = 1"]}
+    prompts.write_text(json.dumps(spec))
+    out = tmp_path / "rounds.json"
+    command = [sys.executable, "scripts/round_emits.py", "--width", "4", "--tokens", "10"]
+    command += ["--model", str(target), "--draft-model", str(drafter)]
+    command += ["--prompts-file", str(prompts), "--out", str(out)]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert [row["prompt"] for row in record["prompts"]] == spec["prompts"]
+    for row in record["prompts"]:
+        assert sum(row["emitted"]) == 10
+        assert all(1 <= n <= 4 for n in row["emitted"])
+    assert set(record["summary"]) == {"code", "prose"}
+    code = record["summary"]["code"]
+    rounds = sum(len(r["emitted"]) - 1 for r in record["prompts"] if r["kind"] == "code")
+    assert code["rounds"] == rounds
+    assert 0.0 <= code["no_draft_accepted"] <= 1.0 and code["tokens_per_round"] >= 1.0
