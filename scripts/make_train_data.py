@@ -16,7 +16,8 @@ Three kinds of prompt:
   and short openings likewise;
 - "chat": an instruction about a code or prose excerpt in the target's chat template.
   The training script adds chat turns whose user side the target writes itself, from
-  one of `USER_OPENERS` (scripts/train_drafter.py: self_chat).
+  one of `USER_OPENERS` (scripts/train_drafter.py: self_chat), and short prose
+  openings it writes from one of `PROSE_OPENERS` (self_prose).
 
 Stdlib only, so it runs wherever the training script runs.
 """
@@ -115,6 +116,37 @@ USER_OPENERS: tuple[str, ...] = (
     "In Python,",
     "In SQL,",
     "Please",
+)
+
+# Bare openings the target continues itself, at temperature 1, into short prose prompts
+# (scripts/train_drafter.py: self_prose): stories, how-tos, explanations, history, as
+# everyday prose prompts are; the package documentation the other prose comes from is
+# none of these. Single words and common starts, none an evaluation prompt's opening.
+PROSE_OPENERS: tuple[str, ...] = (
+    "The",
+    "A",
+    "In",
+    "It",
+    "When",
+    "Many",
+    "There",
+    "One",
+    "Today",
+    "If",
+    "Most",
+    "Every",
+    "This",
+    "How",
+    "Why",
+    "Long ago,",
+    "Scientists",
+    "In the year",
+    "My",
+    "She",
+    "He",
+    "Learning",
+    "To",
+    "Water",
 )
 
 

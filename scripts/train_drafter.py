@@ -58,6 +58,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_train_data import (  # noqa: E402
+    PROSE_OPENERS,
     SHORT_PROMPTS,
     USER_OPENERS,
     Prompt,
@@ -293,6 +294,37 @@ def other_forms(first: list[Prompt], answers: list[str], rng: random.Random) -> 
             opening = " ".join(words[: rng.randint(3, min(10, len(words) - 2))])
             forms.append(Prompt(opening, "prose", "self-chat/opening"))
     return forms
+
+
+def self_prose(
+    label: Callable[[list[Prompt]], list[Pair | None]],
+    sample: Callable[[list[str]], list[list[int] | None]],
+    tokenizer: Any,
+    count: int,
+    seed: int,
+) -> tuple[list[Prompt], list[Pair]]:
+    """Short prose prompts the target writes itself, and their labelled pairs.
+
+    The target continues one of PROSE_OPENERS at temperature 1; the first line of what
+    it wrote, if it reads as plain words, cut after 3 to 12 of them, is the prompt, and
+    `label` gives it the target's greedy continuation. A prompt that opens with an
+    evaluation prompt's first three words is dropped, so those prompts stay unseen."""
+    rng = random.Random(seed)
+    held = {" ".join(text.lower().split()[:3]) for kind, text in SHORT_PROMPTS if kind == "prose"}
+    openers = [rng.choice(PROSE_OPENERS) for _ in range(count)]
+    prompts = []
+    for opener, ids in zip(openers, sample(openers) if openers else [], strict=True):
+        rest = tokenizer.decode(ids or [], skip_special_tokens=True)
+        words = (opener + rest).split("\n")[0].split()
+        plain = sum(w.strip(".,;:!?'\"()").isalpha() for w in words)
+        if not rest.startswith((" ", ",")) or len(words) < 5 or plain < 0.8 * len(words):
+            continue  # glued to the opener (code, names) or not plain words
+        text = " ".join(words[: rng.randint(3, min(12, len(words) - 1))])
+        if " ".join(text.lower().split()[:3]) not in held:
+            prompts.append(Prompt(text, "prose", "self-prose"))
+    labelled = zip(prompts, label(prompts), strict=True)
+    kept = [(p, pair) for p, pair in labelled if pair]
+    return [p for p, _ in kept], [pair for _, pair in kept]
 
 
 @torch.no_grad()
@@ -957,6 +989,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--self-chat", type=int, default=24000, help="user turns the target writes (0: none)"
     )
+    p.add_argument(
+        "--self-prose", type=int, default=0, help="short prose prompts the target writes"
+    )
     p.add_argument("--user-turn-tokens", type=int, default=48, help="a written user turn's cap")
     p.add_argument("--init", type=Path, default=None, help="start from this drafter dir's weights")
     p.add_argument("--eval-per-kind", type=int, default=64)
@@ -1067,8 +1102,13 @@ def make_data(
         chats, chat_pairs = self_chat(label, sample, tokenizer, args.self_chat, args.seed + 2)
         examples = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
         log({"event": "self_chat", "prompts": len(chats), "examples": examples}, records)
+        proses, prose_pairs = self_prose(label, sample, tokenizer, args.self_prose, args.seed + 3)
+        examples = [p.text for p in proses[:: max(1, len(proses) // 6)]]
+        log({"event": "self_prose", "prompts": len(proses), "examples": examples}, records)
+        written, written_pairs = chats + proses, chat_pairs + prose_pairs  # by the target
         raw_pairs, raw_kinds = generate(train_prompts, deadline)  # what the budget leaves
-        train_pairs, train_kinds = chat_pairs + raw_pairs, [p.kind for p in chats] + raw_kinds
+        train_pairs = written_pairs + raw_pairs
+        train_kinds = [p.kind for p in written] + raw_kinds
         if not train_pairs:
             raise SystemExit(
                 f"no training data generated within --data-seconds {args.data_seconds}"
