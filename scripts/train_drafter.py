@@ -231,14 +231,12 @@ def greedy_continuations(
 
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
+Label = Callable[[list[Prompt]], list[Pair | None]]  # prompts -> greedy pairs (None: failed)
+Sample = Callable[[list[str]], list[list[int] | None]]  # texts -> temperature-1 continuations
 
 
 def self_chat(
-    label: Callable[[list[Prompt]], list[Pair | None]],
-    sample: Callable[[list[str]], list[list[int] | None]],
-    tokenizer: Any,
-    count: int,
-    seed: int,
+    label: Label, sample: Sample, tokenizer: Any, count: int, seed: int
 ) -> tuple[list[Prompt], list[Pair]]:
     """Chat prompts whose user turns the target writes itself, and their labelled pairs:
     up to `count` first turns, then second turns after about a third of them.
@@ -297,11 +295,7 @@ def other_forms(first: list[Prompt], answers: list[str], rng: random.Random) -> 
 
 
 def self_prose(
-    label: Callable[[list[Prompt]], list[Pair | None]],
-    sample: Callable[[list[str]], list[list[int] | None]],
-    tokenizer: Any,
-    count: int,
-    seed: int,
+    label: Label, sample: Sample, tokenizer: Any, count: int, seed: int
 ) -> tuple[list[Prompt], list[Pair]]:
     """Short prose prompts the target writes itself, and their labelled pairs.
 
