@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from server.blas import reexec_with_chosen_blas  # noqa: E402
+from server.cli import EXIT_BAD_VALUE, with_chosen_blas  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,9 +37,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Per kind: rounds, the share that accepted no draft, the share that accepted all,
     and tokens per round. The prefill's first token is not a round."""
     out = {}
+    width = rows[0]["width"]
     for kind in dict.fromkeys(r["kind"] for r in rows):
         emits = [e for r in rows if r["kind"] == kind for e in r["emitted"][1:]]
-        width = rows[0]["width"]
         out[kind] = {
             "rounds": len(emits),
             "no_draft_accepted": round(sum(e == 1 for e in emits) / len(emits), 3),
@@ -51,7 +51,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    print(reexec_with_chosen_blas(sys.orig_argv, os.environ), flush=True)
+    blas_note = with_chosen_blas(os.environ)  # the server's choice, before MLX loads
+    if blas_note is None:
+        raise SystemExit(EXIT_BAD_VALUE)
+    print(blas_note, flush=True)
     from drafter.decoding import GenerationStats
     from drafter.loading import LoadOptions, load_engine
     from drafter.sampling import SamplingParams

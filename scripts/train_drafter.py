@@ -273,8 +273,14 @@ def self_chat(
     ]
     histories = [(p.text, a) for p, a in zip(first[:third], answers[:third], strict=True) if a]
     second = user_turns(histories) + other_forms(first, answers, rng)
-    labelled = zip(first + second, first_pairs + label(second), strict=True)
-    kept = [(p, pair) for p, pair in labelled if pair]
+    return labelled_only(first + second, first_pairs + label(second))
+
+
+def labelled_only(
+    prompts: list[Prompt], pairs: list[Pair | None]
+) -> tuple[list[Prompt], list[Pair]]:
+    """The prompts whose labelling succeeded, and their pairs."""
+    kept = [(p, pair) for p, pair in zip(prompts, pairs, strict=True) if pair]
     return [p for p, _ in kept], [pair for _, pair in kept]
 
 
@@ -316,9 +322,7 @@ def self_prose(
         text = " ".join(words[: rng.randint(3, min(12, len(words) - 1))])
         if " ".join(text.lower().split()[:3]) not in held:
             prompts.append(Prompt(text, "prose", "self-prose"))
-    labelled = zip(prompts, label(prompts), strict=True)
-    kept = [(p, pair) for p, pair in labelled if pair]
-    return [p for p, _ in kept], [pair for _, pair in kept]
+    return labelled_only(prompts, label(prompts))
 
 
 @torch.no_grad()
