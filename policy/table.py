@@ -40,7 +40,8 @@ TABLE: tuple[TableEntry, ...] = (
             "sweeps, 16 in 1 of 2, 8 with the better median in both that ran them side by "
             "side; the block-8 drafter, whose widest block is 8: 1.70x on 12 held-out "
             "prompts, disjoint, h200-heldout12-w8-blk8.md, and in a later sweep 1.51x "
-            "against 4's 1.43x, both disjoint, h200-heldout12-w4-w8-blk8.md)"
+            "against 4's 1.43x, both disjoint, h200-heldout12-w4-w8-blk8.md; its successor, "
+            "the self-prose drafter: 8 at 1.64x, disjoint, h200-heldout12-w8-selfprose.md)"
         ),
     ),
     TableEntry(
@@ -76,7 +77,9 @@ TABLE: tuple[TableEntry, ...] = (
             "drafter: on 24 held-out prompts 4 beat classic by 1.66x and 3 by 1.54x, 4's "
             "range above 3's; on the 22 short prompts 4 by 1.50x and 8 by 1.34x, "
             "cpu-short22-blk8-vs-seed1.md; with the seed-1 drafter 4 led 3 on both the 22 "
-            "short and the 7 evaluation prompts; MKL was not measured on an AMD CPU)"
+            "short and the 7 evaluation prompts; the self-prose drafter, 22 short prompts: 4 by "
+            "1.60x and 8 by 1.47x, 4's range above 8's, cpu-short22-selfprose-vs-shipped.md; "
+            "MKL was not measured on an AMD CPU)"
         ),
     ),
     TableEntry(

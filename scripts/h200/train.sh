@@ -17,25 +17,28 @@
 # (session 12 lost one that way).
 # BRING names the depths that come back (e.g. "6"; default all of LAYERS): with two
 # depths trained side by side, bring one, or fetch the other in a second call.
+# RUN names the run's folder under /root/keep (default "train"; it holds the run's data,
+# which a later run in the same folder would reuse). To chain runs within one hold, give
+# each its own RUN and start the next from the last: RUN=run2 INIT=/root/keep/run1/drafter-L5.
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
 python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
   > $OUT/target.txt 2>&1
 BF16=$(ls -d /root/cache/smollm2-*-bfloat16 | head -1)
-mkdir -p /root/keep/train
+D=/root/keep/${RUN:-train}
+mkdir -p $D
 INIT=${INIT-drafter/default_pair}
 setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
-  --out /root/keep/train --site --layers ${LAYERS:-5} --gen-batch 2048 \
+  --out $D --site --layers ${LAYERS:-5} --gen-batch 2048 \
   ${INIT:+--init $INIT} --seed ${SEED:-0} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
   --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
   --batch 64 --split-mib 15.5 ${DISTILL:+--distill $DISTILL} \
-  ${EARLY_BOOST:+--early-boost $EARLY_BOOST} $TRAIN_ARGS > /root/keep/train/stdout.txt 2>&1 < /dev/null &
+  ${EARLY_BOOST:+--early-boost $EARLY_BOOST} $TRAIN_ARGS > $D/stdout.txt 2>&1 < /dev/null &
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
-  sleep 5; grep -q '"event": "done"\|Traceback' /root/keep/train/stdout.txt && break
+  sleep 5; grep -q '"event": "done"\|Traceback' $D/stdout.txt && break
 done
-if grep -q '"event": "done"' /root/keep/train/stdout.txt; then
-  D=/root/keep/train
+if grep -q '"event": "done"' $D/stdout.txt; then
   for d in $(cd $D && ls -d drafter-L*); do
     case " ${BRING:-${LAYERS:-5}} " in
       *" ${d#drafter-L} "*) mkdir -p $OUT/$d && cp $D/$d/* $OUT/$d/ ;;
@@ -43,4 +46,4 @@ if grep -q '"event": "done"' /root/keep/train/stdout.txt; then
   done
   cp $D/train_log.json $OUT/
 fi
-grep -v Warning /root/keep/train/stdout.txt | cut -c1-600 | tail -40
+grep -v Warning $D/stdout.txt | cut -c1-600 | tail -40
