@@ -305,10 +305,11 @@ def self_prose(
 ) -> tuple[list[Prompt], list[Pair]]:
     """Short prose prompts the target writes itself, and their labelled pairs.
 
-    The target continues one of PROSE_OPENERS at temperature 1; the first line of what
-    it wrote, if it reads as plain words, cut after 3 to 12 of them, is the prompt, and
-    `label` gives it the target's greedy continuation. A prompt that opens with an
-    evaluation prompt's first three words is dropped, so those prompts stay unseen."""
+    The target continues one of PROSE_OPENERS at --self-prose-temperature; the first
+    line of what it wrote, if it reads as plain words, cut after 3 to 12 of them, is the
+    prompt, and `label` gives it the target's greedy continuation. A prompt that opens
+    with an evaluation prompt's first three words is dropped, so those prompts stay
+    unseen."""
     rng = random.Random(seed)
     held = {" ".join(text.lower().split()[:3]) for kind, text in SHORT_PROMPTS if kind == "prose"}
     openers = [rng.choice(PROSE_OPENERS) for _ in range(count)]
@@ -990,6 +991,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--self-prose", type=int, default=0, help="short prose prompts the target writes"
     )
+    p.add_argument(
+        "--self-prose-temperature",
+        type=float,
+        default=1.0,
+        help="the temperature it writes them at (at 1 the 135M target's openings are "
+        "often not English)",
+    )
     p.add_argument("--user-turn-tokens", type=int, default=48, help="a written user turn's cap")
     p.add_argument("--init", type=Path, default=None, help="start from this drafter dir's weights")
     p.add_argument("--eval-per-kind", type=int, default=64)
@@ -1085,10 +1093,15 @@ def make_data(
         encoded = encode(items, tokenizer, args.max_prompt_tokens)
         return continue_ids(encoded, args.new_tokens, float("inf"), 0.0, "chat labels")
 
-    def sample(texts: list[str]) -> list[list[int] | None]:
-        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-        pairs = continue_ids(encoded, args.user_turn_tokens, float("inf"), 1.0, "user turns")
-        return [pair[1] if pair else None for pair in pairs]
+    def sampler(temperature: float) -> Sample:
+        def sample(texts: list[str]) -> list[list[int] | None]:
+            encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+            pairs = continue_ids(
+                encoded, args.user_turn_tokens, float("inf"), temperature, "user turns"
+            )
+            return [pair[1] if pair else None for pair in pairs]
+
+        return sample
 
     eval_pairs, eval_kinds = generate(held, float("inf"))
     short_pairs, short_kinds = generate(short, float("inf"))
@@ -1097,10 +1110,13 @@ def make_data(
     else:
         # The budget counts from here: building and encoding 10^5 prompts takes minutes.
         deadline = time.perf_counter() + args.data_seconds
-        chats, chat_pairs = self_chat(label, sample, tokenizer, args.self_chat, args.seed + 2)
+        chats, chat_pairs = self_chat(label, sampler(1.0), tokenizer, args.self_chat, args.seed + 2)
         examples = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
         log({"event": "self_chat", "prompts": len(chats), "examples": examples}, records)
-        proses, prose_pairs = self_prose(label, sample, tokenizer, args.self_prose, args.seed + 3)
+        prose_sample = sampler(args.self_prose_temperature)
+        proses, prose_pairs = self_prose(
+            label, prose_sample, tokenizer, args.self_prose, args.seed + 3
+        )
         examples = [p.text for p in proses[:: max(1, len(proses) // 6)]]
         log({"event": "self_prose", "prompts": len(proses), "examples": examples}, records)
         written, written_pairs = chats + proses, chat_pairs + prose_pairs  # by the target
