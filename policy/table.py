@@ -100,8 +100,9 @@ TABLE: tuple[TableEntry, ...] = (
             "retrained (on the 7-prompt set widths 3 to 8 all beat classic, 5 by the best "
             "median; on the 22 short prompts only 3 did, at 1.10x, while 4 and 5 broke even; "
             "with the block-8 drafter on an Intel CPU, 22 short prompts: 3 at 1.21x and 4 "
-            "at 1.22x, both disjoint above classic, cpu-short22-openblas-blk8.md; the AMD "
-            "host was not re-measured)"
+            "at 1.22x, both disjoint above classic, cpu-short22-openblas-blk8.md; with the "
+            "self-prose drafter 3 at 1.29x and 4 at 1.28x, overlapping, "
+            "cpu-short22-openblas-selfprose.md; the AMD host was not re-measured)"
         ),
     ),
     TableEntry(
