@@ -118,7 +118,7 @@ USER_OPENERS: tuple[str, ...] = (
     "Please",
 )
 
-# Bare openings the target continues itself, at temperature 1, into short prose prompts
+# Bare openings the target continues itself (sampled) into short prose prompts
 # (scripts/train_drafter.py: self_prose): stories, how-tos, explanations, history, as
 # everyday prose prompts are; the package documentation the other prose comes from is
 # none of these. Single words and common starts, none an evaluation prompt's opening.

@@ -20,11 +20,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from server.cli import EXIT_BAD_VALUE, with_chosen_blas  # noqa: E402
+from server.tooling.bench import _prompts_file  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--prompts-file", type=Path, required=True, help="a bench prompts file")
+    p.add_argument("--prompts-file", type=_prompts_file, required=True, help="a bench prompts file")
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--model", default=None, help="default: the embedded pair's target")
@@ -68,9 +69,10 @@ def main(argv: list[str] | None = None) -> None:
         exactness="off",
     )
     engine = load_engine(options).engine
-    spec = json.loads(args.prompts_file.read_text())
+    spec = args.prompts_file  # read and checked as draftwise bench reads it
+    kinds = spec.kinds or ("all",) * len(spec.prompts)
     rows: list[dict[str, Any]] = []
-    for kind, text in zip(spec["kinds"], spec["prompts"], strict=True):
+    for kind, text in zip(kinds, spec.prompts, strict=True):
         prompt = engine.tokenizer.encode(text)
         rounds = engine.generate(
             prompt, args.tokens, SamplingParams(), GenerationStats(), True, args.width

@@ -232,7 +232,7 @@ def greedy_continuations(
 
 Pair = tuple[list[int], list[int]]  # (prompt ids, continuation ids)
 Label = Callable[[list[Prompt]], list[Pair | None]]  # prompts -> greedy pairs (None: failed)
-Sample = Callable[[list[str]], list[list[int] | None]]  # texts -> temperature-1 continuations
+Sample = Callable[[list[str]], list[list[int] | None]]  # texts -> sampled continuations
 
 
 def self_chat(

@@ -37,3 +37,15 @@ def test_every_round_is_counted_and_the_summary_is_per_kind(tmp_path: Path) -> N
     rounds = sum(len(r["emitted"]) - 1 for r in record["prompts"] if r["kind"] == "code")
     assert code["rounds"] == rounds
     assert 0.0 <= code["no_draft_accepted"] <= 1.0 and code["tokens_per_round"] >= 1.0
+
+
+def test_a_malformed_prompts_file_stops_it_naming_the_file(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps({"kinds": ["code"], "prompts": ["a", "b"]}))
+    command = [sys.executable, "scripts/round_emits.py", "--prompts-file", str(prompts)]
+    command += ["--out", str(tmp_path / "rounds.json")]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert f"--prompts-file {prompts}" in result.stderr and "'kinds'" in result.stderr
+    assert not (tmp_path / "rounds.json").exists()
