@@ -1081,8 +1081,12 @@ def make_data(
         )
         return pairs
 
-    def generate(items: list[Prompt], deadline: float) -> tuple[list, list[str]]:
-        encoded = encode(items, tokenizer, args.max_prompt_tokens)
+    def generate(
+        items: list[Prompt], deadline: float, encoded: list[list[int]] | None = None
+    ) -> tuple[list, list[str]]:
+        """Greedy labels for `items` (`encoded`: their ids, when encoded beforehand)."""
+        if encoded is None:
+            encoded = encode(items, tokenizer, args.max_prompt_tokens)
         pairs = continue_ids(encoded, args.new_tokens, deadline, 0.0, "labels")
         done = [(pair, p.kind) for pair, p in zip(pairs, items, strict=True) if pair]
         return [pair for pair, _ in done], [kind for _, kind in done]
@@ -1108,7 +1112,13 @@ def make_data(
     if path.is_file():
         train_pairs, train_kinds = load_pairs(path)
     else:
-        # The budget counts from here: building and encoding 10^5 prompts takes minutes.
+        # The budget counts from here: building and encoding 10^5 prompts takes minutes
+        # (55-72 s on the H200 host), and inside the budget it starved the window labels
+        # (session 16: 2,048 and then 0 of them, where 8,192 came before).
+        began = time.perf_counter()
+        train_encoded = encode(train_prompts, tokenizer, args.max_prompt_tokens)
+        seconds = round(time.perf_counter() - began, 1)
+        log({"event": "encoded", "prompts": len(train_prompts), "s": seconds}, records)
         deadline = time.perf_counter() + args.data_seconds
         chats, chat_pairs = self_chat(label, sampler(1.0), tokenizer, args.self_chat, args.seed + 2)
         examples = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
@@ -1120,7 +1130,8 @@ def make_data(
         examples = [p.text for p in proses[:: max(1, len(proses) // 6)]]
         log({"event": "self_prose", "prompts": len(proses), "examples": examples}, records)
         written, written_pairs = chats + proses, chat_pairs + prose_pairs  # by the target
-        raw_pairs, raw_kinds = generate(train_prompts, deadline)  # what the budget leaves
+        # The windows get what the budget leaves.
+        raw_pairs, raw_kinds = generate(train_prompts, deadline, train_encoded)
         train_pairs = written_pairs + raw_pairs
         train_kinds = [p.kind for p in written] + raw_kinds
         if not train_pairs:

@@ -8,6 +8,8 @@
 # weight of the loss against the target's distribution) and EARLY_BOOST (extra anchors on
 # a continuation's first tokens) tune the run; TRAIN_ARGS goes to train_drafter.py as is
 # (e.g. "--block-size 8").
+# DATA_S counts generation only (target-written prompts, then raw windows in what is
+# left); encoding the window prompts comes before it (the log's "encoded" event).
 # A run that ends within this call comes back whole: its drafters' weights, configs,
 # vocabularies and log land in $OUT (one depth: 8 files, the most a call brings back;
 # parts of 15.5 MiB keep even a 6-layer drafter with 8 taps, 47.8 MB, to 3 of them).
