@@ -8,6 +8,7 @@ environment: the caller passes the variables it wants the policy to see.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ class LoadOptions:
     dtype: str = "auto"
     warm_up: bool = True
     prompt_cache_bytes: int | None = None  # None: a share of the machine's memory; 0: off
+    freeze_heap: bool = False  # a serving process: see freeze_heap()
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,8 @@ def load_engine(options: LoadOptions) -> Loaded:
     if not speculative:
         exactness = "off" if options.exactness == "off" else "n/a"
         attach_prompt_cache(engine, options.prompt_cache_bytes)
+        if options.freeze_heap:
+            freeze_heap()
         return Loaded(
             engine, target_path, drafter_path, device, quantization, resolution, exactness
         )
@@ -191,6 +195,8 @@ def load_engine(options: LoadOptions) -> Loaded:
     warm = options.warm_up and device.backend != "cpu"
     warmed = warm_up(engine) if warm else None
     attach_prompt_cache(engine, options.prompt_cache_bytes)
+    if options.freeze_heap:
+        freeze_heap()
     return Loaded(
         engine,
         target_path,
@@ -202,6 +208,19 @@ def load_engine(options: LoadOptions) -> Loaded:
         probe,
         warmed,
     )
+
+
+def freeze_heap() -> None:
+    """Move every object alive now out of the cyclic garbage collector's reach.
+
+    What a serving process has loaded (the models, the tokenizer, the web stack) lives
+    as long as the process. Left in the collector, each full (generation-2) collection
+    walks all of it: 30-45 ms on this project's CPU, up to three of a 13 ms CUDA round,
+    at unpredictable rounds. Frozen, such a pass walks only what requests allocated.
+    Objects freed by reference counting are still freed; only cycles among the frozen
+    ones stay, which is why this is for processes that load once (not test suites)."""
+    gc.collect()
+    gc.freeze()
 
 
 def serves_speculation(mode: str, probe: ProbeResult) -> bool:

@@ -41,6 +41,7 @@ def load_options(
         exactness=settings.exactness,
         dtype=settings.dtype,
         prompt_cache_bytes=settings.prompt_cache_bytes,
+        freeze_heap=True,
     )
 
 

@@ -169,6 +169,7 @@ def run_in_process(config: BenchConfig, progress: Progress) -> dict[str, Any]:
         draft_block_size=str(config.widths[0]),
         exactness="off",
         dtype=config.dtype or "auto",
+        freeze_heap=True,  # as a server does
     )
     host = host_info(os.environ)
     progress("loading the pair in this process")

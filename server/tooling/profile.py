@@ -10,13 +10,16 @@ round loop (`drafter.speculative.Session`) three ways:
 - classic decode of the same prompt: the one-row step the round competes with.
 
 `--requests N` adds N requests of different prompt lengths (the prompt repeated and
-cut), so rounds that cross K/V lengths and cache allocations are seen. Output is a
-table, or with `--json` one JSON object per width.
+cut), so rounds that cross K/V lengths and cache allocations are seen. The garbage
+collector's full passes during the plain rounds are timed too: on a fast device one
+can cost more than a round. Output is a table, or with `--json` one JSON object per
+width.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -40,6 +43,7 @@ class WidthProfile:
     backend: str
     attention: str
     linear: str
+    heap: str  # frozen (as served: drafter.loading.freeze_heap) or collected
     rounds: int
     acceptance_length: float
     round_ms: float  # warm, plain: median wall time of a round (the --prompt repeats)
@@ -52,6 +56,7 @@ class WidthProfile:
     max_round_ms: float  # these two and round_times_ms: the repeats plus --requests prompts
     rounds_over_2x_median: int
     round_times_ms: list[float] = field(default_factory=list)
+    full_collections_ms: list[float] = field(default_factory=list)  # during the plain rounds
 
 
 def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -78,6 +83,14 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="auto",
         help="multi-row linear layers: rowwise (batched one-row products), matrix, "
         "or auto (rowwise on CUDA)",
+    )
+    parser.add_argument(
+        "--heap",
+        choices=("frozen", "collected"),
+        default="frozen",
+        help="frozen: after load, what was loaded leaves the garbage collector, as in a "
+        "server (drafter.loading.freeze_heap); collected: it stays, so full collections "
+        "walk it",
     )
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--cache-dir", type=Path, default=None)
@@ -113,6 +126,7 @@ def run_profile(args: argparse.Namespace) -> int:
         exactness="off",
         dtype=args.dtype,
         warm_up=False,  # the cold figure is the first request after load
+        freeze_heap=args.heap == "frozen",
     )
     loaded = load_engine(options)
     if loaded.engine.drafter is None:
@@ -131,6 +145,7 @@ def run_profile(args: argparse.Namespace) -> int:
             loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
         )
         result.backend, result.attention, result.linear = loaded.device.backend, attention, linear
+        result.heap = args.heap
         print(json.dumps(asdict(result)) if args.json else table_row(result), flush=True)
     return 0
 
@@ -173,21 +188,45 @@ def prompt_lengths(prompt: list[int], count: int) -> list[list[int]]:
     return [longest[: 16 + (1000 * i) // max(1, count)] for i in range(count)]
 
 
+class FullCollections:
+    """While entered, the wall time (ms) of each full (generation-2) collector pass."""
+
+    def __init__(self) -> None:
+        self.ms: list[float] = []
+        self._began = 0.0
+
+    def __enter__(self) -> FullCollections:
+        gc.callbacks.append(self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._note)
+
+    def _note(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.ms.append(round(1000 * (time.perf_counter() - self._began), 3))
+
+
 def profile_width(
     engine: Any, width: int, prompt: list[int], tokens: int, repeats: int, requests: int
 ) -> WidthProfile:
     from drafter.speculative import STAGES, RoundTimer
 
-    cold, _ = timed_rounds(engine, prompt, tokens, width)
-    warm: list[float] = []
-    rounds, accepted_length = 0, 0.0
-    for _ in range(repeats):
-        times, stats = timed_rounds(engine, prompt, tokens, width)
-        warm += times
-        rounds, accepted_length = stats.rounds, stats.acceptance_length
-    steady = list(warm)  # plus rounds at other prompt lengths: for steadiness only
-    for extra in prompt_lengths(prompt, requests):
-        steady += timed_rounds(engine, extra, tokens, width)[0]
+    with FullCollections() as full:
+        cold, _ = timed_rounds(engine, prompt, tokens, width)
+        warm: list[float] = []
+        rounds, accepted_length = 0, 0.0
+        for _ in range(repeats):
+            times, stats = timed_rounds(engine, prompt, tokens, width)
+            warm += times
+            rounds, accepted_length = stats.rounds, stats.acceptance_length
+        steady = list(warm)  # plus rounds at other prompt lengths: for steadiness only
+        for extra in prompt_lengths(prompt, requests):
+            steady += timed_rounds(engine, extra, tokens, width)[0]
     timer = RoundTimer()
     for _ in range(repeats):
         timed_rounds(engine, prompt, tokens, width, timer)
@@ -199,6 +238,7 @@ def profile_width(
         backend="",
         attention="",
         linear="",
+        heap="",
         rounds=rounds,
         acceptance_length=round(accepted_length, 3),
         round_ms=round(round_ms, 3),
@@ -211,16 +251,18 @@ def profile_width(
         max_round_ms=round(1000 * max(steady), 3),
         rounds_over_2x_median=sum(t > 2 * statistics.median(steady) for t in steady),
         round_times_ms=[round(1000 * t, 3) for t in steady],
+        full_collections_ms=full.ms,
     )
 
 
 def table_row(p: WidthProfile) -> str:
     stages = " ".join(f"{k}={v:.2f}" for k, v in p.stages_ms.items())
     return (
-        f"width {p.width} [{p.backend}, {p.attention} keys, {p.linear} linear]: "
+        f"width {p.width} [{p.backend}, {p.attention} keys, {p.linear} linear, {p.heap} heap]: "
         f"round {p.round_ms:.2f} ms warm "
         f"({p.round_ms_cold:.1f} cold, max {p.max_round_ms:.1f}, "
         f"{p.rounds_over_2x_median} over 2x median) | verify {p.verify_ms:.2f} + draft "
         f"{p.draft_ms:.2f} ms, rest {100 * p.rest_share:.0f}% | step {p.step_ms:.2f} ms | "
-        f"acceptance {p.acceptance_length:.2f} | stages {stages}"
+        f"acceptance {p.acceptance_length:.2f} | stages {stages} | full collections "
+        f"{len(p.full_collections_ms)}, max {max(p.full_collections_ms, default=0.0):.1f} ms"
     )

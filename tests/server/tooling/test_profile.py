@@ -33,6 +33,9 @@ def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path:
         assert all(ms >= 0 for ms in row["stages_ms"].values())
         assert row["round_ms"] > 0 and row["step_ms"] > 0
         assert row["acceptance_length"] >= 1.0
+        # As served, the loaded pair is out of the collector; its full passes are timed.
+        assert row["heap"] == "frozen"
+        assert all(ms >= 0 for ms in row["full_collections_ms"])
 
 
 def test_profile_with_a_bad_blas_setting_stops_naming_it_before_loading_anything(

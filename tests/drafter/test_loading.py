@@ -1,0 +1,46 @@
+"""`load_engine` with `freeze_heap`: what a serving process loaded leaves the cyclic
+garbage collector, so a full collection during decode does not walk the models."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from drafter.checkpoints.tiny import write_tiny_model
+from drafter.dflash import write_random_drafter
+from drafter.loading import LoadOptions, load_engine
+
+
+@pytest.fixture
+def restore_heap() -> Iterator[None]:
+    yield
+    gc.unfreeze()  # give the test process's objects back to the collector
+
+
+def walked_by_full_collection(obj: object) -> bool:
+    return id(obj) in {id(o) for o in gc.get_objects()}
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_a_frozen_load_keeps_the_models_out_of_full_collections(
+    tmp_path: Path, freeze: bool, restore_heap: None
+) -> None:
+    target = write_tiny_model(tmp_path / "target", "qwen3")
+    drafter = write_random_drafter(tmp_path / "drafter", target)
+    options = LoadOptions(
+        cache_dir=tmp_path / "cache",
+        model=str(target),
+        draft_model=str(drafter),
+        draft_block_size="2",
+        exactness="off",
+        freeze_heap=freeze,
+    )
+    frozen_before = gc.get_freeze_count()
+    engine = load_engine(options).engine
+    assert engine.drafter is not None
+    for loaded in (engine.model, engine.drafter, engine.tokenizer):
+        assert walked_by_full_collection(loaded) is not freeze
+    assert (gc.get_freeze_count() > frozen_before) is freeze
