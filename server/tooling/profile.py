@@ -12,7 +12,8 @@ round loop (`drafter.speculative.Session`) three ways:
 `--requests N` adds N requests of different prompt lengths (the prompt repeated and
 cut), so rounds that cross K/V lengths and cache allocations are seen. The garbage
 collector's full passes during the plain rounds are timed too: on a fast device one
-can cost more than a round. Output is a table, or with `--json` one JSON object per
+can cost more than a round. `--warm-up` runs the server's startup warm-up first, to
+check steadiness as served. Output is a table, or with `--json` one JSON object per
 width.
 """
 
@@ -44,6 +45,7 @@ class WidthProfile:
     attention: str
     linear: str
     heap: str  # frozen (as served: drafter.loading.freeze_heap) or collected
+    warm_up_s: float | None  # the server's startup warm-up (--warm-up), or None: not run
     rounds: int
     acceptance_length: float
     round_ms: float  # warm, plain: median wall time of a round (the --prompt repeats)
@@ -92,6 +94,12 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         "server (drafter.loading.freeze_heap); collected: it stays, so full collections "
         "walk it",
     )
+    parser.add_argument(
+        "--warm-up",
+        action="store_true",
+        help="run the server's startup warm-up (drafter/warmup.py) after load; then "
+        "'cold' is the first request after it",
+    )
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--json", action="store_true", help="one JSON object per width")
@@ -115,6 +123,7 @@ def run_profile(args: argparse.Namespace) -> int:
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     from drafter.loading import LoadOptions, load_engine
+    from drafter.warmup import warm_up
     from server.settings import ServeSettings
 
     cache_dir = args.cache_dir or ServeSettings().cache_dir
@@ -125,7 +134,7 @@ def run_profile(args: argparse.Namespace) -> int:
         draft_block_size=str(widths[0]),
         exactness="off",
         dtype=args.dtype,
-        warm_up=False,  # the cold figure is the first request after load
+        warm_up=False,  # cold: the first request after load (or after --warm-up, below)
         freeze_heap=args.heap == "frozen",
     )
     loaded = load_engine(options)
@@ -139,13 +148,15 @@ def run_profile(args: argparse.Namespace) -> int:
     if rowwise is not None:
         loaded.engine.rowwise_linear = rowwise
     linear = "rowwise" if loaded.engine.rowwise_linear else "matrix"
+    # After the attention and linear choices, as the server warms what it will serve.
+    warmed = warm_up(loaded.engine) if args.warm_up else None
     prompt = loaded.engine.tokenizer.encode(args.prompt)
     for width in widths:
         result = profile_width(
             loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
         )
         result.backend, result.attention, result.linear = loaded.device.backend, attention, linear
-        result.heap = args.heap
+        result.heap, result.warm_up_s = args.heap, warmed
         print(json.dumps(asdict(result)) if args.json else table_row(result), flush=True)
     return 0
 
@@ -239,6 +250,7 @@ def profile_width(
         attention="",
         linear="",
         heap="",
+        warm_up_s=None,
         rounds=rounds,
         acceptance_length=round(accepted_length, 3),
         round_ms=round(round_ms, 3),

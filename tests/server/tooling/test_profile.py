@@ -48,3 +48,20 @@ def test_profile_with_a_bad_blas_setting_stops_naming_it_before_loading_anything
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: invalid setting") and "DRAFTWISE_BLAS='fast'" in line
+
+
+def test_profile_with_warm_up_runs_the_servers_warm_up_first_and_says_how_long(
+    tmp_path: Path,
+) -> None:
+    target = write_tiny_model(tmp_path / "target", "qwen3")
+    drafter = write_random_drafter(tmp_path / "drafter", target)
+    command = [sys.executable, "-m", "server.cli", "profile", "--json", "--width", "2"]
+    command += ["--model", str(target), "--draft-model", str(drafter), "--max-tokens", "8"]
+    command += ["--repeats", "1", "--cache-dir", str(tmp_path / "cache")]
+    plain = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    warmed = subprocess.run(
+        [*command, "--warm-up"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert plain.returncode == 0 and warmed.returncode == 0, plain.stderr + warmed.stderr
+    assert json.loads(plain.stdout.splitlines()[-1])["warm_up_s"] is None
+    assert json.loads(warmed.stdout.splitlines()[-1])["warm_up_s"] > 0
