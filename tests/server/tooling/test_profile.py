@@ -16,12 +16,18 @@ FIELDS = {"stages_ms", "round_ms", "verify_ms", "draft_ms", "step_ms", "width", 
 FIELDS |= {"acceptance_length", "backend"}
 
 
-def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path: Path) -> None:
+def profile_command(tmp_path: Path, widths: str, max_tokens: int) -> list[str]:
+    """`draftwise profile --json` over a tiny random pair written under tmp_path."""
     target = write_tiny_model(tmp_path / "target", "qwen3")
     drafter = write_random_drafter(tmp_path / "drafter", target)
-    command = [sys.executable, "-m", "server.cli", "profile", "--json", "--width", "2,4"]
-    command += ["--model", str(target), "--draft-model", str(drafter), "--max-tokens", "12"]
-    command += ["--repeats", "1", "--cache-dir", str(tmp_path / "cache")]
+    command = [sys.executable, "-m", "server.cli", "profile", "--json", "--width", widths]
+    command += ["--model", str(target), "--draft-model", str(drafter)]
+    command += ["--max-tokens", str(max_tokens), "--repeats", "1"]
+    return [*command, "--cache-dir", str(tmp_path / "cache")]
+
+
+def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path: Path) -> None:
+    command = profile_command(tmp_path, "2,4", 12)
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
@@ -53,11 +59,7 @@ def test_profile_with_a_bad_blas_setting_stops_naming_it_before_loading_anything
 def test_profile_with_warm_up_runs_the_servers_warm_up_first_and_says_how_long(
     tmp_path: Path,
 ) -> None:
-    target = write_tiny_model(tmp_path / "target", "qwen3")
-    drafter = write_random_drafter(tmp_path / "drafter", target)
-    command = [sys.executable, "-m", "server.cli", "profile", "--json", "--width", "2"]
-    command += ["--model", str(target), "--draft-model", str(drafter), "--max-tokens", "8"]
-    command += ["--repeats", "1", "--cache-dir", str(tmp_path / "cache")]
+    command = profile_command(tmp_path, "2", 8)
     plain = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     warmed = subprocess.run(
         [*command, "--warm-up"], cwd=REPO, capture_output=True, text=True, timeout=300
