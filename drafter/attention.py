@@ -70,6 +70,9 @@ STEP = KVCache.step  # mlx-lm grows its buffers by 256 rows
 class StableKVCache(KVCache):
     """A KVCache whose multi-row reads present the whole allocated buffer."""
 
+    keys: mx.array  # KVCache's buffers; None only before the first update, which
+    values: mx.array  # `stable` checks before any multi-row read grows them
+
     def __init__(self) -> None:
         super().__init__()
         self.full_buffer = False  # whether the last update returned the whole buffer

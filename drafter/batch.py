@@ -219,7 +219,7 @@ class Sequence:
     max_tokens: int
     emitted: int = 0
     anchor: int | None = None  # the last emitted token: the next round's first row
-    prefill: Generator[None, None, None] | None = None
+    prefill: Generator[None, None, list[Token]] | None = None  # its value: the first token
     tokens: list[Token] = field(default_factory=list)  # what the last step emitted
     queued: Queued | None = None  # alone and classic: the pipelined next token
 
@@ -251,7 +251,8 @@ class BatchDecoder:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.width = engine.block_size if engine.speculative else 1  # the ceiling
+        block = engine.block_size
+        self.width = block if engine.speculative and block is not None else 1  # the ceiling
         self.state: BatchState | None = None  # the shared caches of the last batch
 
     def start(
@@ -301,7 +302,8 @@ class BatchDecoder:
             self.state = BatchState(sequences)
         state = self.state
         sessions = [sequence.session for sequence in sequences]
-        anchors = [sequence.anchor for sequence in sequences]
+        anchors = [sequence.anchor for sequence in sequences if sequence.anchor is not None]
+        assert len(anchors) == len(sequences)  # decoding sequences have emitted a token
         drafted: list[mx.array | None] = [None] * len(sessions)
         drafter = self.engine.drafter
         if width > 1 and drafter is not None:  # one drafter forward for every request

@@ -73,7 +73,7 @@ def read_quantization(config: Mapping[str, Any]) -> str | None:
     if method is None:
         return "affine"
     if method == "compressed-tensors":
-        return _COMPRESSED_TENSORS_FORMATS.get(block.get("format"), str(method))
+        return _COMPRESSED_TENSORS_FORMATS.get(str(block.get("format")), str(method))
     # An unknown method names itself so no measured entry matches it by mistake.
     return _LEGACY_METHODS.get(method, str(method))
 

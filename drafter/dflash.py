@@ -158,6 +158,7 @@ class Attention(nn.Module):
     def __init__(self, args: ModelArgs) -> None:
         super().__init__()
         dim, head_dim = args.hidden_size, args.head_dim
+        assert head_dim is not None  # ModelArgs.__post_init__ derives it when absent
         self.n_heads = args.num_attention_heads
         self.n_kv_heads = args.num_key_value_heads
         self.scale = head_dim**-0.5

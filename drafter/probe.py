@@ -123,15 +123,17 @@ def probe_exactness(
     prompts = (
         [prompt] if prompt is not None else [engine.tokenizer.encode(t) for t in PROBE_PROMPTS]
     )
+    width = engine.block_size
+    assert width is not None  # engine.speculative
     compared, noise, divergences = 0, 0.0, []
     for index, ids in enumerate(prompts):
         classic = classic_tokens(engine, ids, tokens)
         compared += len(classic)
         one_row = teacher_forced_logits(engine, ids, classic, rows=1)
-        w_rows = teacher_forced_logits(engine, ids, classic, rows=engine.block_size)
+        w_rows = teacher_forced_logits(engine, ids, classic, rows=width)
         noise = max(noise, mx.max(mx.abs(one_row - w_rows)).item())
         divergences += realigned_divergences(engine, ids, classic, one_row, index)
-    return ProbeResult(engine.block_size, compared, noise, tuple(divergences))
+    return ProbeResult(width, compared, noise, tuple(divergences))
 
 
 def classic_tokens(engine: Engine, prompt: list[int], tokens: int) -> list[int]:

@@ -208,6 +208,7 @@ def rollback_arrays(entry: ArraysCache, snap: ArraysSnapshot, n_keep: int, n_ver
     entry.cache = list(snap.state)
     entry.left_padding, entry.lengths = snap.left_padding, snap.lengths
     if n_keep > 0:
+        assert recording.module is not None  # record_inputs saw the verify forward
         mask = recording.mask
         if mask is not None:
             mask = mask[..., :n_keep]

@@ -295,6 +295,7 @@ class Session:
             kept_features = current.verified[:, :kept]
             parts = [kept_features] if self.context is None else [self.context, kept_features]
             self.context = mx.concatenate(parts, axis=1) if len(parts) > 1 else kept_features
+        assert current.rows is not None  # judge() chose them
         return tokens, current.rows[:kept]
 
     def draft(self, logits: mx.array) -> tuple[mx.array, mx.array | None]:

@@ -75,7 +75,7 @@ def find_entry(
     that names the host's BLAS, else the first that names none."""
     matching = [e for e in entries if e.matches(device, quantization, drafter_kind)]
     named = [e for e in matching if e.blas is not None]
-    return (named or matching or [None])[0]
+    return (named or matching)[0] if matching else None
 
 
 def entry_to_dict(entry: TableEntry) -> dict[str, Any]:

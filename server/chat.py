@@ -149,7 +149,7 @@ class ToolCallParser:
 
     def feed(self, text: str) -> tuple[str, list[dict[str, str]]]:
         self.buffer += text
-        content, calls = "", []
+        content, calls = "", list[dict[str, str]]()
         while True:
             if not self.inside:
                 start = self.buffer.find(TOOL_OPEN)
@@ -209,7 +209,7 @@ class ChoiceState:
         """The deltas that text (the end of the answer when final) releases."""
         out: list[dict[str, Any]] = []
         if self.parser is None:
-            content, calls = text, []
+            content, calls = text, list[dict[str, str]]()
         else:
             content, calls = self.parser.feed(text)
             if final:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -28,7 +29,9 @@ def set_level(level: str) -> None:
     _threshold["level"] = LEVELS[level]
 
 
-def drop_below_level(_: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+def drop_below_level(
+    _: Any, method: str, event: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     if METHOD_LEVELS.get(method, logging.INFO) < _threshold["level"]:
         raise structlog.DropEvent
     return event

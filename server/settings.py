@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -269,10 +269,10 @@ def json_type(annotation: Any) -> str:
 def setting_specs() -> dict[str, SettingSpec]:
     """Every setting, from its one declaration: the CLI's flags, GET/PATCH
     /v1/settings and the docs' table are all derived from this."""
-    specs = {}
+    specs: dict[str, SettingSpec] = {}
     for name, info in ServeSettings.model_fields.items():
         extra = info.json_schema_extra
-        scope = extra["scope"] if isinstance(extra, dict) else "startup"
+        scope = cast(Scope, extra["scope"]) if isinstance(extra, dict) else "startup"
         specs[name] = SettingSpec(name, scope, json_type(info.annotation), info.description or "")
         if name == "draft_kind":  # the flag order: the width override beside the drafter
             specs[DRAFT_BLOCK_SIZE] = SettingSpec(

@@ -59,7 +59,7 @@ def merge_logprobs(target: dict[str, list[Any]] | None, part: dict[str, list[Any
 async def collect(
     job: Job, header: dict[str, Any], n_choices: int, request: Request
 ) -> dict[str, Any]:
-    choices = [
+    choices: list[dict[str, Any]] = [
         {"index": i, "text": "", "logprobs": None, "finish_reason": None} for i in range(n_choices)
     ]
     record = request_record(request)

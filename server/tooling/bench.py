@@ -345,7 +345,7 @@ def speculative_config(health: Mapping[str, Any]) -> SpeculativeConfig:
 
 def served_summary(health: Mapping[str, Any]) -> dict[str, Any]:
     """What a record says of the server that ran an arm."""
-    keys = ("block_size", "source", "reason", "speculative", "drafter", "backend")
+    keys: tuple[str, ...] = ("block_size", "source", "reason", "speculative", "drafter", "backend")
     keys += ("compute_capability", "quantization", "exactness", "model_path")
     spec = speculative_config(health)
     summary: dict[str, Any] = {key: spec.get(key) for key in keys}
@@ -558,7 +558,8 @@ def describe_model_dir(path: str | None) -> dict[str, Any] | None:
     config = (
         json.loads((root / "config.json").read_text()) if (root / "config.json").is_file() else {}
     )
-    keys = ("model_type", "architectures", "hidden_size", "num_hidden_layers", "vocab_size")
+    keys: tuple[str, ...] = ("model_type", "architectures", "hidden_size", "num_hidden_layers")
+    keys += ("vocab_size",)
     keys += ("block_size", "quantization", "torch_dtype")
     return {
         "path": str(root),

@@ -102,7 +102,8 @@ def turn(arm: Arm, user: str) -> dict[str, Any]:
         "stream_options": {"include_usage": True},
     }
     start = time.perf_counter()
-    first, text, usage = None, "", {}
+    first, text = None, ""
+    usage: dict[str, Any] = {}
     with httpx.stream("POST", f"{arm.url}/v1/chat/completions", json=body, timeout=600) as r:
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
