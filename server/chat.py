@@ -149,7 +149,8 @@ class ToolCallParser:
 
     def feed(self, text: str) -> tuple[str, list[dict[str, str]]]:
         self.buffer += text
-        content, calls = "", list[dict[str, str]]()
+        content = ""
+        calls: list[dict[str, str]] = []
         while True:
             if not self.inside:
                 start = self.buffer.find(TOOL_OPEN)
@@ -208,8 +209,9 @@ class ChoiceState:
     def deltas(self, text: str, final: bool = False) -> list[dict[str, Any]]:
         """The deltas that text (the end of the answer when final) releases."""
         out: list[dict[str, Any]] = []
+        calls: list[dict[str, str]] = []
         if self.parser is None:
-            content, calls = text, list[dict[str, str]]()
+            content = text
         else:
             content, calls = self.parser.feed(text)
             if final:
