@@ -125,10 +125,14 @@ def default_prompt_cache_bytes() -> int:
     return min(memory // 16, 4 * 2**30)
 
 
-def attach_prompt_cache(engine: Engine, max_bytes: int | None) -> None:
-    """The prompt cache goes on after the probe and warm-up, so it starts empty."""
+def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
+    """A load's last steps, after the probe and warm-up: the prompt cache goes on (so it
+    starts empty) and, in a serving process, the loaded heap is frozen (freeze_heap)."""
+    max_bytes = options.prompt_cache_bytes
     size = default_prompt_cache_bytes() if max_bytes is None else max_bytes
     engine.prompt_cache = PromptCache(size) if size > 0 else None
+    if options.freeze_heap:
+        freeze_heap()
 
 
 def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> DefaultPair:
@@ -180,9 +184,7 @@ def load_engine(options: LoadOptions) -> Loaded:
     )
     if not speculative:
         exactness = "off" if options.exactness == "off" else "n/a"
-        attach_prompt_cache(engine, options.prompt_cache_bytes)
-        if options.freeze_heap:
-            freeze_heap()
+        ready_to_serve(engine, options)
         return Loaded(
             engine, target_path, drafter_path, device, quantization, resolution, exactness
         )
@@ -194,9 +196,7 @@ def load_engine(options: LoadOptions) -> Loaded:
     # CPU kernels need no compilation and attention builds no graphs there: nothing to warm.
     warm = options.warm_up and device.backend != "cpu"
     warmed = warm_up(engine) if warm else None
-    attach_prompt_cache(engine, options.prompt_cache_bytes)
-    if options.freeze_heap:
-        freeze_heap()
+    ready_to_serve(engine, options)
     return Loaded(
         engine,
         target_path,

@@ -20,12 +20,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from server.cli import EXIT_BAD_VALUE, with_chosen_blas  # noqa: E402
-from server.tooling.bench import _prompts_file  # noqa: E402
+from server.tooling.bench import read_prompts_file  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--prompts-file", type=_prompts_file, required=True, help="a bench prompts file")
+    p.add_argument(
+        "--prompts-file", type=read_prompts_file, required=True, help="a bench prompts file"
+    )
     p.add_argument("--width", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--model", default=None, help="default: the embedded pair's target")

@@ -702,7 +702,7 @@ class PromptsFile:
     kinds: tuple[str, ...] | None = None
 
 
-def _prompts_file(value: str) -> PromptsFile:
+def read_prompts_file(value: str) -> PromptsFile:
     try:
         data = json.loads(Path(value).read_text())
         prompts, kinds = data["prompts"], data.get("kinds")
@@ -733,7 +733,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", action="append", default=None, help="repeatable")
     parser.add_argument(
         "--prompts-file",
-        type=_prompts_file,
+        type=read_prompts_file,
         default=None,
         metavar="JSON",
         help=(

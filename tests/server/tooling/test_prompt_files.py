@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from server.tooling.bench import HELD_OUT_PROMPTS_FILE, SHORT_PROMPTS_FILE, _prompts_file
+from server.tooling.bench import HELD_OUT_PROMPTS_FILE, SHORT_PROMPTS_FILE, read_prompts_file
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -41,7 +41,7 @@ def test_the_short_prompts_file_serves_short_prompts_in_order_chat_as_chatml() -
 
 
 def test_the_bench_reads_the_short_prompts_file() -> None:
-    read = _prompts_file(str(SHORT_PROMPTS_FILE))
+    read = read_prompts_file(str(SHORT_PROMPTS_FILE))
     assert len(read.prompts) == len(make_train_data().SHORT_PROMPTS) == 22
     assert read.kinds == tuple(kind for kind, _ in make_train_data().SHORT_PROMPTS)
 
@@ -69,5 +69,5 @@ def test_a_malformed_prompts_file_is_an_error_naming_the_file(
     path = tmp_path / "prompts.json"
     path.write_text(json.dumps(content))
     with pytest.raises(argparse.ArgumentTypeError, match=f"--prompts-file {path}: .*") as error:
-        _prompts_file(str(path))
+        read_prompts_file(str(path))
     assert problem in str(error.value)
