@@ -264,3 +264,29 @@ def make_cache(model: nn.Module, attention: str) -> list[Any]:
     if kind is None:
         return cache
     return [kind() if type(entry) is KVCache else entry for entry in cache]
+
+
+def reserve(cache: list[Any], rows: int) -> None:
+    """Give each plain KV buffer room for `rows` rows now, so none grows mid-request.
+
+    mlx-lm's KVCache grows by 256 rows whenever a write would pass its buffer end: a
+    new, larger buffer (on CUDA possibly a fresh allocation) and a copy of every row,
+    for each of the target's layers at once, inside whatever decode step or round made
+    the write. Reserving a request's whole length (prompt + max_tokens + a block) right
+    after its prefill does that once, at the prefill, in whole 256-row steps (the sizes
+    the startup warm-up meets). A buffer with no rows yet (the drafter's, before its
+    first block) takes the size as its step, so its first write allocates it all.
+    StableKVCache is left alone: its buffer length is its attention length, which grows
+    with the request on purpose (cuDNN's graphs are keyed by it)."""
+    size = whole_steps(rows)
+    grown = []
+    for entry in cache:
+        if type(entry) not in (KVCache, VectorKVCache):
+            continue
+        if entry.keys is None:
+            entry.step = size
+        elif entry.keys.shape[2] < size:
+            pad = [(0, 0), (0, 0), (0, size - entry.keys.shape[2]), (0, 0)]
+            entry.keys, entry.values = mx.pad(entry.keys, pad), mx.pad(entry.values, pad)
+            grown += [entry.keys, entry.values]
+    mx.eval(grown)  # here, not in the first round

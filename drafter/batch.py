@@ -265,7 +265,7 @@ class BatchDecoder:
     ) -> Sequence:
         session = Session(self.engine, params, stats, ignore_eos, width=self.width)
         sequence = Sequence(session, max_tokens)
-        sequence.prefill = session.prefill_chunks(prompt)
+        sequence.prefill = session.prefill_chunks(prompt, max_tokens)
         return sequence
 
     def advance_prefill(self, sequence: Sequence) -> list[Token]:

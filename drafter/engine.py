@@ -14,7 +14,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
-from drafter.attention import choose_attention, make_cache, use_vector_attention
+from drafter.attention import choose_attention, make_cache, reserve, use_vector_attention
 from drafter.columns import set_column_head
 from drafter.decoding import (
     PREFILL_STEP,
@@ -67,6 +67,9 @@ class Engine:
         # None: wherever it pays (CUDA).
         self.rowwise_linear = on_cuda() if rowwise_linear is None else rowwise_linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
+        # Size each request's KV buffers at its prefill (drafter/attention.py: reserve);
+        # off: mlx-lm's growth by 256 rows mid-request (`draftwise profile --kv grown`).
+        self.reserve_kv = True
 
     @property
     def attention(self) -> str:
@@ -176,6 +179,8 @@ class Engine:
 
         logits = prefill(self.model, prompt[start:], cache)
         self.remember(prompt, cache, None)
+        if self.reserve_kv:  # as a speculative request does
+            reserve(cache, len(prompt) + max_tokens)
         y, logprobs = step(logits)
         mx.async_eval(y, logprobs)
         for n in range(max_tokens):

@@ -39,6 +39,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from drafter import acceptance, rollback
+from drafter.attention import reserve
 from drafter.capture import installed
 from drafter.decoding import Drafter, GenerationStats, Token, drain, make_tokens, prefill_steps
 from drafter.sampling import (
@@ -173,9 +174,13 @@ class Session:
         if self.timer is not None:
             self.timer.mark(stage, *arrays)
 
-    def prefill_chunks(self, prompt: list[int]) -> Generator[None, None, list[Token]]:
+    def prefill_chunks(
+        self, prompt: list[int], max_tokens: int | None = None
+    ) -> Generator[None, None, list[Token]]:
         """Feed the prompt as classic decode does (after what the prompt cache holds of
-        it), one evaluated chunk per step; then choose and return the first token."""
+        it), one evaluated chunk per step; then choose and return the first token.
+        max_tokens: what the request may still emit; the caches are then sized for it
+        (`attention.reserve`), so no round grows them."""
         self.cache, start, cached = self.engine.start_cache(
             prompt, self.stats, features=self.capture is not None
         )
@@ -186,20 +191,24 @@ class Session:
         if self.capture is not None:
             everything = mx.concatenate(([] if cached is None else [cached]) + features, axis=1)
         self.engine.remember(prompt, self.cache, everything)
+        if max_tokens is not None and self.engine.reserve_kv:  # after `remember`: it copies
+            rows = len(prompt) + max_tokens + self.width
+            reserve(self.cache, rows)
+            reserve(self.draft_cache, rows)
         self.context = everything
         logprobs = token_logprobs(logits, self.counts, self.params)
         anchor = self.chooser.choose(logprobs).item()
         self.count([anchor])
         return make_tokens([anchor], logprobs[None], self.params)
 
-    def prefill(self, prompt: list[int]) -> list[Token]:
+    def prefill(self, prompt: list[int], max_tokens: int | None = None) -> list[Token]:
         """The whole prefill at once; returns the first token."""
-        return drain(self.prefill_chunks(prompt))
+        return drain(self.prefill_chunks(prompt, max_tokens))
 
     def generate(self, prompt: list[int], max_tokens: int) -> Iterator[list[Token]]:
         if max_tokens <= 0:
             return
-        out = self.prefill(prompt)
+        out = self.prefill(prompt, max_tokens)
         yield out
         emitted, anchor = 1, out[0].id
         while emitted < max_tokens and anchor not in self.eos_ids:

@@ -6,7 +6,8 @@ cuDNN builds one graph per (rows, cache buffer length) on CUDA. A short request
 of each decode path compiles the kernels; then one short request per buffer
 length up to WARM_KEYS builds the verify and drafter graphs that requests of
 up to that many tokens will meet (stable attention), and has MLX's allocator
-hand out a buffer of each cache size once. The second is for vector attention,
+hand out a buffer of each cache size once (the whole-step sizes requests reserve
+at their prefill, drafter/attention.py: reserve). The second is for vector attention,
 the CUDA default, and is our reading, not yet measured: in two H200 profiles
 (h200-round-steadiness-heap.md) 8-10 of 1,956 rounds took 27-41 ms against a
 13 ms median, at the same rounds in both processes, and no garbage collection

@@ -12,9 +12,11 @@ round loop (`drafter.speculative.Session`) three ways:
 `--requests N` adds N requests of different prompt lengths (the prompt repeated and
 cut), so rounds that cross K/V lengths and cache allocations are seen. The garbage
 collector's full passes during the plain rounds are timed too: on a fast device one
-can cost more than a round. `--warm-up` runs the server's startup warm-up first, to
-check steadiness as served. Output is a table, or with `--json` one JSON object per
-width.
+can cost more than a round, and so are the rounds in which a target or drafter KV
+buffer grew (`growth_rounds`): none as served, where each request's buffers are sized
+at its prefill; `--kv grown` leaves mlx-lm growing them by 256 rows mid-request, the
+control arm. `--warm-up` runs the server's startup warm-up first, to check steadiness
+as served. Output is a table, or with `--json` one JSON object per width.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class WidthProfile:
     rounds_over_2x_median: int
     round_times_ms: list[float] = field(default_factory=list)
     full_collections_ms: list[float] = field(default_factory=list)  # during the plain rounds
+    kv: str = "reserved"  # the KV buffers: sized at prefill (as served), or grown mid-request
+    growth_rounds: list[int] = field(default_factory=list)  # round_times_ms indices where a
+    # target or drafter KV buffer grew
 
 
 def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -99,6 +104,13 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="run the server's startup warm-up (drafter/warmup.py) after load; then "
         "'cold' is the first request after it",
+    )
+    parser.add_argument(
+        "--kv",
+        choices=("reserved", "grown"),
+        default="reserved",
+        help="reserved: each request's KV buffers are sized at its prefill, as served "
+        "(drafter/attention.py: reserve); grown: mlx-lm grows them by 256 rows mid-request",
     )
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--cache-dir", type=Path, default=None)
@@ -148,6 +160,7 @@ def run_profile(args: argparse.Namespace) -> int:
     if rowwise is not None:
         loaded.engine.rowwise_linear = rowwise
     linear = "rowwise" if loaded.engine.rowwise_linear else "matrix"
+    loaded.engine.reserve_kv = args.kv == "reserved"
     # After the attention and linear choices, as the server warms what it will serve.
     warmed = warm_up(loaded.engine) if args.warm_up else None
     prompt = loaded.engine.tokenizer.encode(args.prompt)
@@ -156,7 +169,7 @@ def run_profile(args: argparse.Namespace) -> int:
             loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
         )
         result.backend, result.attention, result.linear = loaded.device.backend, attention, linear
-        result.heap, result.warm_up_s = args.heap, warmed
+        result.heap, result.warm_up_s, result.kv = args.heap, warmed, args.kv
         print(json.dumps(asdict(result)) if args.json else table_row(result), flush=True)
     return 0
 
@@ -173,17 +186,41 @@ def gaps(steps: Any) -> list[float]:
     return times
 
 
+@dataclass
+class TimedRounds:
+    """One greedy speculative request, round by round."""
+
+    seconds: list[float]  # each round's wall time
+    grew: list[bool]  # whether a target or drafter KV buffer that had rows grew in it
+    stats: GenerationStats
+
+
 def timed_rounds(
     engine: Any, prompt: list[int], tokens: int, width: int, timer: RoundTimer | None = None
-) -> tuple[list[float], GenerationStats]:
-    """(per-round wall times in s, stats) of one greedy speculative request."""
+) -> TimedRounds:
     from drafter.decoding import GenerationStats
     from drafter.sampling import SamplingParams
     from drafter.speculative import Session
 
     stats = GenerationStats()
     session = Session(engine, SamplingParams(), stats, ignore_eos=True, width=width, timer=timer)
-    return gaps(session.generate(prompt, tokens)), stats
+
+    def buffer_rows() -> list[int]:
+        """Each KV buffer's length; 0 before its first write (the drafter's buffers are
+        first allocated in the first round, as served: that is not a growth)."""
+        caches = session.cache + session.draft_cache
+        return [0 if getattr(c, "keys", None) is None else c.keys.shape[2] for c in caches]
+
+    result = TimedRounds([], [], stats)
+    last, rows = None, buffer_rows()
+    for _ in session.generate(prompt, tokens):
+        now = time.perf_counter()
+        after = buffer_rows()
+        if last is not None:
+            result.grew.append(any(0 < a < b for a, b in zip(rows, after, strict=False)))
+            result.seconds.append(now - last)
+        last, rows = now, after
+    return result
 
 
 def classic_step_ms(engine: Any, prompt: list[int], tokens: int) -> float:
@@ -228,16 +265,20 @@ def profile_width(
     from drafter.speculative import STAGES, RoundTimer
 
     with FullCollections() as full:
-        cold, _ = timed_rounds(engine, prompt, tokens, width)
+        cold = timed_rounds(engine, prompt, tokens, width).seconds
         warm: list[float] = []
+        grew: list[bool] = []
         rounds, accepted_length = 0, 0.0
         for _ in range(repeats):
-            times, stats = timed_rounds(engine, prompt, tokens, width)
-            warm += times
-            rounds, accepted_length = stats.rounds, stats.acceptance_length
+            timed = timed_rounds(engine, prompt, tokens, width)
+            warm += timed.seconds
+            grew += timed.grew
+            rounds, accepted_length = timed.stats.rounds, timed.stats.acceptance_length
         steady = list(warm)  # plus rounds at other prompt lengths: for steadiness only
         for extra in prompt_lengths(prompt, requests):
-            steady += timed_rounds(engine, extra, tokens, width)[0]
+            timed = timed_rounds(engine, extra, tokens, width)
+            steady += timed.seconds
+            grew += timed.grew
     timer = RoundTimer()
     for _ in range(repeats):
         timed_rounds(engine, prompt, tokens, width, timer)
@@ -264,6 +305,7 @@ def profile_width(
         rounds_over_2x_median=sum(t > 2 * statistics.median(steady) for t in steady),
         round_times_ms=[round(1000 * t, 3) for t in steady],
         full_collections_ms=full.ms,
+        growth_rounds=[i for i, g in enumerate(grew) if g],
     )
 
 
@@ -276,5 +318,6 @@ def table_row(p: WidthProfile) -> str:
         f"{p.rounds_over_2x_median} over 2x median) | verify {p.verify_ms:.2f} + draft "
         f"{p.draft_ms:.2f} ms, rest {100 * p.rest_share:.0f}% | step {p.step_ms:.2f} ms | "
         f"acceptance {p.acceptance_length:.2f} | stages {stages} | full collections "
-        f"{len(p.full_collections_ms)}, max {max(p.full_collections_ms, default=0.0):.1f} ms"
+        f"{len(p.full_collections_ms)}, max {max(p.full_collections_ms, default=0.0):.1f} ms | "
+        f"KV {p.kv}, {len(p.growth_rounds)} rounds grew a buffer"
     )

@@ -21,6 +21,7 @@ from drafter.attention import (
     chunked_attention,
     folded_attention,
     make_cache,
+    reserve,
     tail_mask,
     use_vector_attention,
 )
@@ -54,6 +55,24 @@ def test_buffer_grows_by_whole_steps_so_lengths_stay_multiples_of_256() -> None:
         assert cache.keys.shape[2] == expected and expected % 256 == 0
         assert mx.array_equal(cache.keys[..., : before.shape[2], :], before).item()
     assert cache.offset == 250 + 4 + 8 + 16 + 3 + 64 + 200 + 5
+
+
+def test_reserve_sizes_a_buffer_once_in_whole_steps_and_keeps_its_rows() -> None:
+    cache, empty, stable = KVCache(), VectorKVCache(), StableKVCache()
+    feed(cache, 10)
+    feed(stable, 10)
+    before = cache.keys[..., :10, :]
+    reserve([cache, empty, stable], 10 + 600)
+    assert cache.keys.shape[2] == 768 and cache.offset == 10
+    assert mx.array_equal(cache.keys[..., :10, :], before).item()
+    feed(empty, 5)  # no rows yet: its first write allocates the whole size
+    assert empty.keys.shape[2] == 768
+    assert stable.keys.shape[2] == 256  # its buffer is its attention length: left alone
+    for seed in range(1, 120):  # writes up to the reserved length never grow the buffer
+        feed(cache, 5, seed)
+        feed(empty, 5, seed)
+        assert cache.keys.shape[2] == empty.keys.shape[2] == 768
+    assert cache.offset == 10 + 119 * 5
 
 
 def test_tail_mask_is_bottom_right_causal_over_the_real_keys() -> None:

@@ -325,3 +325,36 @@ def test_prompt_longer_than_one_prefill_chunk_gives_features_for_every_row(pair:
     out = [t.id for s in engine_for(pair, drafter, 4).generate(prompt, 8, params) for t in s]
     assert out == reference[:8]
     assert drafter.contexts[0].shape[1] == len(prompt)
+
+
+def buffer_rows(session: Session) -> list[int]:
+    caches = session.cache + session.draft_cache
+    return [c.keys.shape[2] for c in caches if getattr(c, "keys", None) is not None]
+
+
+@pytest.mark.parametrize("pair", ["qwen3"], indirect=True)
+@pytest.mark.parametrize("reserve_kv", [True, False])
+def test_no_round_grows_a_kv_buffer_once_the_request_is_reserved(
+    pair: Pair, reserve_kv: bool
+) -> None:
+    """A request's KV buffers are sized at its prefill, so no round pays for a growth
+    (a new buffer and a copy of every layer's rows); off, mlx-lm grows them by 256 rows
+    mid-request. Greedy output is the same either way, and equals classic decode's."""
+    engine = engine_for(pair, pair.drafter, 4)
+    engine.reserve_kv = reserve_kv
+    session = Session(engine, SamplingParams(), GenerationStats(), ignore_eos=True)
+    prompt = PROMPT * 12  # 228 tokens: the 256-row step is crossed mid-request
+    rows, tokens = [], []
+    for step in session.generate(prompt, 100):
+        rows.append(buffer_rows(session))
+        tokens += [t.id for t in step]
+    grew = sum(after != before for before, after in zip(rows[1:], rows[2:], strict=False))
+    assert (grew == 0) == reserve_kv
+    if reserve_kv:
+        assert min(rows[1]) >= len(prompt) + 100  # the drafter's since its first block
+    plain = engine_for(pair)
+    plain.reserve_kv = reserve_kv
+    reference = [
+        t.id for s in plain.classic_generate(prompt, 100, SamplingParams(), True) for t in s
+    ]
+    assert tokens == reference
