@@ -8,7 +8,7 @@ emit exactly the same token stream for the same greedy request.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Literal
 
 import mlx.core as mx
@@ -139,7 +139,7 @@ class Engine:
         stats: GenerationStats | None = None,
         ignore_eos: bool = False,
         width: int | None | Literal["loaded"] = "loaded",
-    ) -> Iterator[list[Token]]:
+    ) -> Generator[list[Token], None, None]:
         """Yield the tokens of each round; stops after max_tokens or an EOS token (yielded).
         With `ignore_eos`, EOS is an ordinary token and only max_tokens stops.
 

@@ -212,7 +212,10 @@ def topic_texts(root: Path) -> list[tuple[str, str]]:
             return sorted(
                 (f"topics/{k.value}", v.value)
                 for k, v in pairs
-                if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+                if isinstance(k, ast.Constant)
+                and isinstance(k.value, str)
+                and isinstance(v, ast.Constant)
+                and isinstance(v.value, str)
             )
     return []
 
@@ -320,7 +323,7 @@ def site_sources(
             prose += [(prefix, root, p) for p in root.rglob(pattern)]
 
     def sample(paths: list[tuple[str, Path, Path]], limit: int) -> list[tuple[str, str]]:
-        out = []
+        out: list[tuple[str, str]] = []
         for prefix, root, path in sorted(paths, key=lambda p: sha(str(p[2]))):
             rel = path.relative_to(root).as_posix()
             if len(out) < limit and "__pycache__" not in rel and (text := read_source(path)):

@@ -117,7 +117,8 @@ def load_target(
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise RuntimeError(f"target weights: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
-    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
+    # transformers types `.to` through a wrapper that mypy reads as unbound
+    model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)  # type: ignore[call-arg]
     tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
     tokenizer.padding_side = "left"
     return model, tokenizer, config
@@ -271,7 +272,9 @@ def self_chat(
         tokenizer.decode(pair[1][:-1]).strip() if pair and pair[1][-1] in EOS_IDS else ""
         for pair in first_pairs
     ]
-    histories = [(p.text, a) for p, a in zip(first[:third], answers[:third], strict=True) if a]
+    histories: list[tuple[str, ...]] = [
+        (p.text, a) for p, a in zip(first[:third], answers[:third], strict=True) if a
+    ]
     second = user_turns(histories) + other_forms(first, answers, rng)
     return labelled_only(first + second, first_pairs + label(second))
 
@@ -1121,8 +1124,8 @@ def make_data(
         log({"event": "encoded", "prompts": len(train_prompts), "s": seconds}, records)
         deadline = time.perf_counter() + args.data_seconds
         chats, chat_pairs = self_chat(label, sampler(1.0), tokenizer, args.self_chat, args.seed + 2)
-        examples = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
-        log({"event": "self_chat", "prompts": len(chats), "examples": examples}, records)
+        turns = [[*p.history, p.text] for p in chats[:: max(1, len(chats) // 4)]]
+        log({"event": "self_chat", "prompts": len(chats), "examples": turns}, records)
         prose_sample = sampler(args.self_prose_temperature)
         proses, prose_pairs = self_prose(
             label, prose_sample, tokenizer, args.self_prose, args.seed + 3
@@ -1263,7 +1266,8 @@ def main(argv: list[str] | None = None) -> None:
         },
         records,
     )
-    vocab_ids, coverage = [], {}
+    vocab_ids: list[int] = []
+    coverage: dict[str, float] = {}
     if args.draft_vocab:
         vocab_ids, coverage = draft_vocabulary(
             train_data.pairs, target_cfg["vocab_size"], args.draft_vocab

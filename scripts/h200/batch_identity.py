@@ -20,7 +20,7 @@ for p in prompts:
     alone.append([t.id for r in rounds for t in r])
 decoder = BatchDecoder(engine)
 seqs = [decoder.start(p, 64, params, GenerationStats(), True) for p in prompts]
-out = [[] for _ in prompts]
+out: list[list[int]] = [[] for _ in prompts]
 for i, s in enumerate(seqs):
     while s.prefill is not None:
         out[i] += [t.id for t in decoder.advance_prefill(s)]

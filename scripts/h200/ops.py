@@ -77,7 +77,9 @@ for fns in plan.values():
     for fn in fns.values():
         for _ in range(3):
             timed(fn)
-samples = {(r, name): [] for r, fns in plan.items() for name in fns}
+samples: dict[tuple[int, str], list[float]] = {
+    (r, name): [] for r, fns in plan.items() for name in fns
+}
 for _ in range(N):
     for r, fns in plan.items():
         for name, fn in fns.items():

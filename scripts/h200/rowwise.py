@@ -55,7 +55,9 @@ for name, quant in (("bf16", None), ("q4g32", 4)):
     tokens = tokenizer.encode(PROMPT)
     cache = make_prompt_cache(model)
     mx.eval(model(mx.array(tokens * 4)[None], cache=cache))
-    samples = {(arm, r): [] for arm in ("matrix", "rowwise") for r in ROWS}
+    samples: dict[tuple[str, int], list[float]] = {
+        (arm, r): [] for arm in ("matrix", "rowwise") for r in ROWS
+    }
     for arm in ("matrix", "rowwise"):  # warm both arms' kernels
         set_rowwise(model, arm == "rowwise")
         for r in ROWS:

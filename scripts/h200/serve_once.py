@@ -19,6 +19,7 @@ cmd = [
 proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 deadline = time.time() + 300
 lines = []
+assert proc.stdout is not None  # stdout=PIPE
 while time.time() < deadline:
     line = proc.stdout.readline()
     if not line:

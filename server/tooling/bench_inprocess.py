@@ -83,7 +83,7 @@ def run_once(
 def measure_widths(
     engine: Engine,
     widths: Sequence[int | None],
-    prompts: Sequence[list[int]] | Sequence[str],
+    prompts: Sequence[list[int] | str],
     max_tokens: int,
     n: int,
     warmup: int = 1,

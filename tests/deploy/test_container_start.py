@@ -123,7 +123,9 @@ def pod(configmap_edit: dict[str, str], cache_dir: Path) -> Iterator[Server]:
         text=True,
     )
     server = Server(process, f"http://127.0.0.1:{port}", env)
-    reader = threading.Thread(target=lambda: server.lines.extend(process.stdout), daemon=True)
+    output = process.stdout
+    assert output is not None  # stdout=PIPE
+    reader = threading.Thread(target=lambda: server.lines.extend(output), daemon=True)
     reader.start()
     try:
         wait_until_healthy(server)
@@ -175,6 +177,7 @@ def test_a_completion_comes_back_through_the_openai_sdk(server: Server) -> None:
     (choice,) = completion.choices
     # The embedded default target (SmolLM2-135M-Instruct) knows this one, greedily.
     assert "Paris" in choice.text
+    assert completion.usage is not None
     assert completion.usage.completion_tokens == 12 or choice.finish_reason == "stop"
 
 

@@ -114,7 +114,7 @@ def unrouted() -> Iterator[None]:
     }
     yield
     for name, function in saved.items():
-        sys.modules[name].scaled_dot_product_attention = function
+        sys.modules[name].scaled_dot_product_attention = function  # type: ignore[attr-defined]
 
 
 def test_vector_routing_is_installed_once_and_leaves_other_caches_alone(

@@ -40,6 +40,12 @@ def engine(target: Target, speculative: bool, cache_bytes: int | None) -> Engine
     return engine
 
 
+def stored(engine: Engine) -> PromptCache:
+    """The engine's prompt cache (these engines are made with one)."""
+    assert engine.prompt_cache is not None
+    return engine.prompt_cache
+
+
 def run(engine: Engine, prompt: list[int], stats: GenerationStats | None = None) -> list[int]:
     rounds = engine.generate(prompt, TOKENS, SamplingParams(), stats or GenerationStats())
     return [t.id for step in rounds for t in step]
@@ -54,7 +60,7 @@ def test_a_later_turn_after_a_hit_equals_the_uncached_output(
     stats = GenerationStats()
     hit = run(cached, TURN_2, stats)
     assert stats.cached_tokens == len(TURN_1)
-    assert cached.prompt_cache.hits == 1 and cached.prompt_cache.misses == 1
+    assert stored(cached).hits == 1 and stored(cached).misses == 1
     assert hit == run(engine(target, speculative, None), TURN_2)
 
 
@@ -89,15 +95,15 @@ def test_eviction_keeps_the_cache_within_its_budget_least_recently_used_first(
 ) -> None:
     probe = engine(target, False, 1 << 30)
     run(probe, TURN_1)
-    one_entry = probe.prompt_cache.nbytes
+    one_entry = stored(probe).nbytes
     cached = engine(target, False, int(one_entry * 1.5))
     run(cached, TURN_1)
     run(cached, OTHER)  # does not fit beside TURN_1: TURN_1 goes
-    assert [len(k) for k in cached.prompt_cache.entries] == [len(OTHER)]
-    assert cached.prompt_cache.nbytes <= cached.prompt_cache.max_bytes
+    assert [len(k) for k in stored(cached).entries] == [len(OTHER)]
+    assert stored(cached).nbytes <= stored(cached).max_bytes
     tiny = engine(target, False, one_entry // 4)
     run(tiny, TURN_1)
-    assert not tiny.prompt_cache.entries  # an entry larger than the budget is not kept
+    assert not stored(tiny).entries  # an entry larger than the budget is not kept
 
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
@@ -110,14 +116,14 @@ def test_a_request_abandoned_after_its_prefill_leaves_a_whole_entry(
     rounds = cached.generate(TURN_1, TOKENS, SamplingParams(), GenerationStats())
     next(rounds)
     rounds.close()
-    assert [len(k) for k in cached.prompt_cache.entries] == [len(TURN_1)]
+    assert [len(k) for k in stored(cached).entries] == [len(TURN_1)]
     assert run(cached, TURN_2) == run(engine(target, speculative, None), TURN_2)
 
 
 def test_an_entry_is_not_changed_by_the_decoding_that_follows(target: Target) -> None:
     cached = engine(target, False, 1 << 30)
     run(cached, TURN_1)
-    (entry,) = cached.prompt_cache.entries.values()
+    (entry,) = stored(cached).entries.values()
     before = [a for c in entry.cache for a in c.state if a is not None and hasattr(a, "sum")]
     snapshot = [a.sum().item() for a in before]
     run(cached, TURN_2)
@@ -151,5 +157,5 @@ def test_a_prefill_interrupted_between_chunks_stores_nothing(
     with pytest.raises(StopMidPrefill):
         run(cached, TURN_1)
     monkeypatch.setattr(type(target.model), "__call__", real_call)
-    assert calls["n"] == 2 and not cached.prompt_cache.entries
+    assert calls["n"] == 2 and not stored(cached).entries
     assert run(cached, TURN_1) == run(engine(target, speculative, None), TURN_1)

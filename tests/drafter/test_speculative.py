@@ -238,6 +238,7 @@ def test_reported_logprobs_match_classic(pair: Pair) -> None:
     assert [t.id for t in tokens_spec] == [t.id for t in tokens_classic]
     for a, b in zip(tokens_spec, tokens_classic, strict=True):
         assert a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert a.top_logprobs is not None and b.top_logprobs is not None
         assert list(a.top_logprobs) == list(b.top_logprobs)
 
 
@@ -307,8 +308,11 @@ def test_sampled_tokens_follow_the_target_distribution(pair: Pair, drafter_kind:
     runs = 300
     counts: dict[tuple[int, int], int] = {}
     for seed in range(runs):
-        out = run(engine, 2, SamplingParams(temperature=1.0, top_p=0.5, seed=seed))
-        counts[tuple(out)] = counts.get(tuple(out), 0) + 1
+        first_token, second_token = run(
+            engine, 2, SamplingParams(temperature=1.0, top_p=0.5, seed=seed)
+        )
+        cell = (first_token, second_token)
+        counts[cell] = counts.get(cell, 0) + 1
     assert set(counts) <= set(joint)
     big = [cell for cell, p in joint.items() if p * runs >= 5]
     observed = [counts.get(cell, 0) for cell in big] + [runs - sum(counts.get(c, 0) for c in big)]

@@ -46,8 +46,9 @@ def speculative_server(
 
 
 def complete(client: openai.OpenAI, prompt: str, max_tokens: int) -> str:
-    response = client.completions.create(
-        model=None,  # type: ignore[arg-type]  # the served model
+    # model=None: the served model (the SDK's types want a name)
+    response = client.completions.create(  # type: ignore[call-overload]
+        model=None,
         prompt=prompt,
         max_tokens=max_tokens,
         temperature=0,

@@ -27,7 +27,8 @@ def chat(http: httpx.Client, **body: Any) -> dict[str, Any]:
 def test_streamed_chat_equals_non_streamed_with_role_first_one_finish_and_usage(
     client: openai.OpenAI, model_id: str
 ) -> None:
-    args = dict(model=model_id, messages=HELLO, max_tokens=10, temperature=0, logit_bias=NO_EOS)
+    args: dict[str, Any] = dict(model=model_id, messages=HELLO, max_tokens=10, temperature=0)
+    args["logit_bias"] = NO_EOS
     whole = client.chat.completions.create(**args)
     chunks = list(
         client.chat.completions.create(**args, stream=True, stream_options={"include_usage": True})
@@ -43,6 +44,7 @@ def test_streamed_chat_equals_non_streamed_with_role_first_one_finish_and_usage(
     assert finishes == ["length"] == [whole.choices[0].finish_reason]
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None and whole.usage is not None
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 10
     assert whole.usage.prompt_tokens == len(
         b"<|im_start|>user\nSay hello.<|im_end|>\n<|im_start|>assistant\n"
@@ -52,10 +54,13 @@ def test_streamed_chat_equals_non_streamed_with_role_first_one_finish_and_usage(
 def test_chat_logprobs_validate_against_the_sdk_models(http: httpx.Client) -> None:
     body = chat(http, max_tokens=4, temperature=0, logprobs=True, top_logprobs=2, logit_bias=NO_EOS)
     completion = ChatCompletion.model_validate(body)
-    content = completion.choices[0].logprobs.content
+    logprobs = completion.choices[0].logprobs
+    assert logprobs is not None and logprobs.content is not None
+    content = logprobs.content
     assert len(content) == 4
     assert "".join(entry.token for entry in content) == completion.choices[0].message.content
     for entry in content:
+        assert entry.bytes is not None
         assert entry.logprob <= 0 and bytes(entry.bytes) == entry.token.encode()
         assert len(entry.top_logprobs) == 2
         assert entry.top_logprobs[0].logprob >= entry.top_logprobs[1].logprob
@@ -70,7 +75,7 @@ def test_streamed_chunks_validate_and_carry_their_logprobs(http: httpx.Client) -
     assert done == "[DONE]"
     parsed = [ChatCompletionChunk.model_validate(c) for c in chunks]
     entries = [
-        e for c in parsed for e in (c.choices[0].logprobs.content if c.choices[0].logprobs else [])
+        e for c in parsed for e in ((c.choices[0].logprobs and c.choices[0].logprobs.content) or [])
     ]
     assert len(entries) == 3
 
@@ -226,6 +231,6 @@ def test_langchain_chat_openai_completes_and_streams(server: ServerProcess, mode
         max_tokens=6, max_retries=0,
     )  # fmt: skip
     answer = llm.invoke("Say hello.")
-    streamed = "".join(chunk.content for chunk in llm.stream("Say hello."))
+    streamed = "".join(str(chunk.content) for chunk in llm.stream("Say hello."))
     assert isinstance(answer.content, str)
     assert streamed == answer.content

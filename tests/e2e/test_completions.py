@@ -37,6 +37,7 @@ def test_the_readme_call_answers_with_text(client: openai.OpenAI, model_id: str)
     assert completion.model == model_id
     assert choice.text
     assert choice.finish_reason in ("stop", "length")
+    assert completion.usage is not None
     assert completion.usage.prompt_tokens == len(b"def fib(n):")
     assert 1 <= completion.usage.completion_tokens <= 16
 
@@ -44,7 +45,7 @@ def test_the_readme_call_answers_with_text(client: openai.OpenAI, model_id: str)
 def test_streamed_text_equals_the_non_streamed_text_at_temperature_0(
     client: openai.OpenAI, model_id: str
 ) -> None:
-    args = dict(model=model_id, prompt="def fib(n):", max_tokens=12, temperature=0)
+    args: dict[str, Any] = dict(model=model_id, prompt="def fib(n):", max_tokens=12, temperature=0)
     whole = client.completions.create(**args, logit_bias=NO_EOS)
     chunks = list(
         client.completions.create(
@@ -54,6 +55,7 @@ def test_streamed_text_equals_the_non_streamed_text_at_temperature_0(
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == whole.choices[0].text
     assert chunks[-1].choices == []
+    assert chunks[-1].usage is not None and whole.usage is not None
     assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens == 12
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
@@ -118,7 +120,8 @@ def test_a_stop_string_spanning_tokens_is_cut_and_never_emitted(
     http: httpx.Client, client: openai.OpenAI, model_id: str, letters: dict[str, float]
 ) -> None:
     # Letters only, so every generated token is one visible character.
-    args = {"model": model_id, "prompt": "q", "temperature": 0, "logit_bias": letters}
+    args: dict[str, Any] = {"model": model_id, "prompt": "q", "temperature": 0}
+    args["logit_bias"] = letters
     reference = complete(http, **args, max_tokens=24)["choices"][0]["text"]
     assert len(reference) == 24
     stop = reference[9:12]  # three tokens long
@@ -156,11 +159,13 @@ def test_echo_with_max_tokens_0_scores_the_prompt_for_loglikelihood(
     choice = completion.choices[0]
     logprobs = choice.logprobs
     assert choice.text == prompt
+    assert logprobs is not None and logprobs.tokens is not None
+    assert logprobs.token_logprobs is not None and logprobs.top_logprobs is not None
     assert "".join(logprobs.tokens) == prompt
     assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
     assert all(lp < 0 for lp in logprobs.token_logprobs[1:])
     assert logprobs.text_offset == list(range(len(prompt)))
-    assert completion.usage.completion_tokens == 0
+    assert completion.usage is not None and completion.usage.completion_tokens == 0
 
 
 def test_echo_then_generation_continues_the_offsets(

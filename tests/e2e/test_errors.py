@@ -109,14 +109,16 @@ def test_an_unknown_model_is_404_model_not_found(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as raised:
         client.completions.create(model="no-such-model", prompt="a", max_tokens=1)
     assert raised.value.status_code == 404
-    assert raised.value.body["code"] == "model_not_found"
-    assert raised.value.body["param"] == "model"
+    body = raised.value.body
+    assert isinstance(body, dict)
+    assert body["code"] == "model_not_found" and body["param"] == "model"
 
 
 def test_the_sdk_raises_bad_request_with_the_param(client: openai.OpenAI, model_id: str) -> None:
     with pytest.raises(openai.BadRequestError) as raised:
         client.completions.create(model=model_id, prompt="a", max_tokens=1, temperature=9)
-    assert raised.value.body["param"] == "temperature"
+    body = raised.value.body
+    assert isinstance(body, dict) and body["param"] == "temperature"
 
 
 def test_unknown_routes_use_the_envelope_and_name_the_served_endpoints(http: httpx.Client) -> None:

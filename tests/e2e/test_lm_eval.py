@@ -26,7 +26,7 @@ from drafter.engine import Engine
 from tests.e2e.conftest import API_KEY
 from tests.e2e.serverproc import ServerProcess
 
-QUESTIONS = [
+QUESTIONS: list[dict[str, Any]] = [
     {"question": "Which is a colour?", "choices": ["red", "seven", "walk"], "answer": 0},
     {"question": "Which is a number?", "choices": ["blue", "three"], "answer": 1},
     {"question": "What do cats say?", "choices": ["meow", "moo", "quack"], "answer": 0},

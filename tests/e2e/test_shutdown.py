@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -32,7 +33,7 @@ def stream_body(http: httpx.Client, max_tokens: int) -> dict[str, object]:
     }
 
 
-def payloads(lines: list[str]) -> list[object]:
+def payloads(lines: list[str]) -> list[Any]:
     return [
         json.loads(x[6:]) if x != "data: [DONE]" else "[DONE]"
         for x in lines

@@ -85,7 +85,7 @@ def test_without_tools_tool_call_text_is_plain_content() -> None:
 
 
 def test_chat_logprobs_have_token_logprob_bytes_and_top_logprobs() -> None:
-    legacy = {
+    legacy: dict[str, list[Any]] = {
         "tokens": ["é", "b"],
         "token_logprobs": [-0.5, -1.0],
         "top_logprobs": [{"é": -0.5, "x": -2.0}, None],
