@@ -266,19 +266,26 @@ def make_cache(model: nn.Module, attention: str) -> list[Any]:
     return [kind() if type(entry) is KVCache else entry for entry in cache]
 
 
-def reserve(cache: list[Any], rows: int) -> None:
-    """Give each plain KV buffer room for `rows` rows now, so none grows mid-request.
+RESERVE_AHEAD = 1024  # new rows reserved at most: a request's memory stays near its use
+
+
+def reserve(cache: list[Any], prompt_rows: int, new_rows: int) -> None:
+    """Give each plain KV buffer room for the prompt and `new_rows` more rows now (at
+    most RESERVE_AHEAD), so none grows mid-request.
 
     mlx-lm's KVCache grows by 256 rows whenever a write would pass its buffer end: a
     new, larger buffer (on CUDA possibly a fresh allocation) and a copy of every row,
     for each of the target's layers at once, inside whatever decode step or round made
-    the write. Reserving a request's whole length (prompt + max_tokens + a block) right
-    after its prefill does that once, at the prefill, in whole 256-row steps (the sizes
-    the startup warm-up meets). A buffer with no rows yet (the drafter's, before its
-    first block) takes the size as its step, so its first write allocates it all.
-    StableKVCache is left alone: its buffer length is its attention length, which grows
-    with the request on purpose (cuDNN's graphs are keyed by it)."""
-    size = whole_steps(rows)
+    the write. Reserving a request's length (prompt + max_tokens + a block) right after
+    its prefill does that once, at the prefill, in whole 256-row steps (the sizes the
+    startup warm-up meets). A request that may emit more than RESERVE_AHEAD tokens
+    grows by mlx-lm's steps past that, so a client's large max_tokens does not hold
+    memory (and a zero fill at its prefill) that an early EOS never uses. A buffer with
+    no rows yet (the drafter's, before its first block) takes the size as its step, so
+    its first write allocates it all. StableKVCache is left alone: its buffer length is
+    its attention length, which grows with the request on purpose (cuDNN's graphs are
+    keyed by it)."""
+    size = whole_steps(prompt_rows + min(new_rows, RESERVE_AHEAD))
     grown = []
     for entry in cache:
         if type(entry) not in (KVCache, VectorKVCache):

@@ -180,7 +180,7 @@ class Engine:
         logits = prefill(self.model, prompt[start:], cache)
         self.remember(prompt, cache, None)
         if self.reserve_kv:  # as a speculative request does
-            reserve(cache, len(prompt) + max_tokens)
+            reserve(cache, len(prompt), max_tokens)
         y, logprobs = step(logits)
         mx.async_eval(y, logprobs)
         for n in range(max_tokens):

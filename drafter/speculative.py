@@ -192,9 +192,8 @@ class Session:
             everything = mx.concatenate(([] if cached is None else [cached]) + features, axis=1)
         self.engine.remember(prompt, self.cache, everything)
         if max_tokens is not None and self.engine.reserve_kv:  # after `remember`: it copies
-            rows = len(prompt) + max_tokens + self.width
-            reserve(self.cache, rows)
-            reserve(self.draft_cache, rows)
+            reserve(self.cache, len(prompt), max_tokens + self.width)
+            reserve(self.draft_cache, len(prompt), max_tokens + self.width)
         self.context = everything
         logprobs = token_logprobs(logits, self.counts, self.params)
         anchor = self.chooser.choose(logprobs).item()

@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import time
 
-from mlx_lm.models.cache import KVCache
-
+from drafter.attention import STEP  # the cache buffer grows in steps of this many rows (256)
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 
 WARM_UP_BUDGET_S = 30.0
 WARM_KEYS = 2048  # buffer lengths 256, 512, ... up to here
-STEP = KVCache.step  # the cache buffer grows in steps of this many rows (256)
 TEXT = "def warm_up(x):\n    return x * 2  # a short prompt\n"
 
 

@@ -15,6 +15,7 @@ from mlx_lm import load
 from mlx_lm.models.cache import KVCache
 
 from drafter.attention import (
+    RESERVE_AHEAD,
     VECTOR_ROWS,
     StableKVCache,
     VectorKVCache,
@@ -62,7 +63,7 @@ def test_reserve_sizes_a_buffer_once_in_whole_steps_and_keeps_its_rows() -> None
     feed(cache, 10)
     feed(stable, 10)
     before = cache.keys[..., :10, :]
-    reserve([cache, empty, stable], 10 + 600)
+    reserve([cache, empty, stable], 10, 600)
     assert cache.keys.shape[2] == 768 and cache.offset == 10
     assert mx.array_equal(cache.keys[..., :10, :], before).item()
     feed(empty, 5)  # no rows yet: its first write allocates the whole size
@@ -73,6 +74,13 @@ def test_reserve_sizes_a_buffer_once_in_whole_steps_and_keeps_its_rows() -> None
         feed(empty, 5, seed)
         assert cache.keys.shape[2] == empty.keys.shape[2] == 768
     assert cache.offset == 10 + 119 * 5
+
+
+def test_a_large_max_tokens_reserves_at_most_reserve_ahead_rows_past_the_prompt() -> None:
+    cache = KVCache()
+    feed(cache, 300)
+    reserve([cache], 300, 100_000)
+    assert cache.keys.shape[2] == 256 * ((300 + RESERVE_AHEAD + 255) // 256)
 
 
 def test_tail_mask_is_bottom_right_causal_over_the_real_keys() -> None:
