@@ -175,7 +175,7 @@ class Session:
             self.timer.mark(stage, *arrays)
 
     def prefill_chunks(
-        self, prompt: list[int], max_tokens: int | None = None
+        self, prompt: list[int], max_tokens: int
     ) -> Generator[None, None, list[Token]]:
         """Feed the prompt as classic decode does (after what the prompt cache holds of
         it), one evaluated chunk per step; then choose and return the first token.
@@ -191,16 +191,15 @@ class Session:
         if self.capture is not None:
             everything = mx.concatenate(([] if cached is None else [cached]) + features, axis=1)
         self.engine.remember(prompt, self.cache, everything)
-        if max_tokens is not None and self.engine.reserve_kv:  # after `remember`: it copies
-            reserve(self.cache, len(prompt), max_tokens + self.width)
-            reserve(self.draft_cache, len(prompt), max_tokens + self.width)
+        if self.engine.reserve_kv:  # after `remember`, which copies the cache as it is
+            reserve(self.cache + self.draft_cache, len(prompt), max_tokens + self.width)
         self.context = everything
         logprobs = token_logprobs(logits, self.counts, self.params)
         anchor = self.chooser.choose(logprobs).item()
         self.count([anchor])
         return make_tokens([anchor], logprobs[None], self.params)
 
-    def prefill(self, prompt: list[int], max_tokens: int | None = None) -> list[Token]:
+    def prefill(self, prompt: list[int], max_tokens: int) -> list[Token]:
         """The whole prefill at once; returns the first token."""
         return drain(self.prefill_chunks(prompt, max_tokens))
 
