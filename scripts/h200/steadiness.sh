@@ -5,9 +5,11 @@
 # without warm-up (the control, as in h200-round-steadiness-heap), then as served.
 # Each process's JSON line lands in $OUT/steadiness.jsonl with `process` naming it;
 # the lines printed are each arm's rounds above 2x the median and the rounds that grew
-# a buffer. About 65 s a process.
+# a buffer. About 65 s a process. ARMS (comma-separated `--kv` values and flags) sets
+# the arms and their order, e.g. ARMS="reserved,grown --warm-up" for the other two cells.
 . scripts/h200/setup.sh
-for arm in "grown" "reserved --warm-up"; do
+IFS=, read -r -a arms <<< "${ARMS:-grown,reserved --warm-up}"
+for arm in "${arms[@]}"; do
   timeout 280 python3 -m server.cli profile --json --width ${WIDTH:-8} --max-tokens 512 \
     --repeats 1 --requests 20 --kv $arm 2> $OUT/steadiness-${arm%% *}.err \
     | python3 -c "import json,sys; r=json.loads(sys.stdin.readlines()[-1]); r['process']='$arm'; print(json.dumps(r))" \
@@ -17,9 +19,9 @@ python3 - <<'PY'
 import json, os, statistics
 for line in open(os.environ["OUT"] + "/steadiness.jsonl"):
     r = json.loads(line)
-    t, grew = r["round_times_ms"], set(r["growth_rounds"])
+    t, grew, keys = r["round_times_ms"], set(r["growth_rounds"]), r["round_keys"]
     med = statistics.median(t)
-    slow = [(i, round(x, 1), i in grew) for i, x in enumerate(t) if x > 2 * med]
+    slow = [(i, round(x, 1), i in grew, keys[i]) for i, x in enumerate(t) if x > 2 * med]
     print(r["process"], "rounds", len(t), "median", round(med, 2), "warm_up_s", r["warm_up_s"],
-          "| above 2x (index, ms, grew):", slow, "| growth rounds:", len(grew))
+          "| above 2x (index, ms, grew, key rows):", slow, "| growth rounds:", len(grew))
 PY

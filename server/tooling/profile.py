@@ -64,6 +64,9 @@ class WidthProfile:
     kv: str = "reserved"  # the KV buffers: sized at prefill (as served), or grown mid-request
     growth_rounds: list[int] = field(default_factory=list)  # round_times_ms indices where a
     # target or drafter KV buffer grew
+    round_keys: list[int] = field(default_factory=list)  # per round_times_ms entry: the
+    # target's cached rows after it, so a slow round can be placed (a request's start, or
+    # a kernel's length threshold: MLX's CUDA vector attention takes two passes past 1,024)
 
 
 def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -192,6 +195,7 @@ class TimedRounds:
 
     seconds: list[float]  # each round's wall time
     grew: list[bool]  # whether a target or drafter KV buffer that had rows grew in it
+    keys: list[int]  # the target's cached rows after it (its verify read up to width more)
     stats: GenerationStats
 
 
@@ -211,7 +215,7 @@ def timed_rounds(
         caches = session.cache + session.draft_cache
         return [0 if getattr(c, "keys", None) is None else c.keys.shape[2] for c in caches]
 
-    result = TimedRounds([], [], stats)
+    result = TimedRounds([], [], [], stats)
     last, rows = None, buffer_rows()
     for _ in session.generate(prompt, tokens):
         now = time.perf_counter()
@@ -219,6 +223,7 @@ def timed_rounds(
         if last is not None:
             result.grew.append(any(0 < a < b for a, b in zip(rows, after, strict=False)))
             result.seconds.append(now - last)
+            result.keys.append(session.cache[0].offset)
         last, rows = now, after
     return result
 
@@ -268,17 +273,20 @@ def profile_width(
         cold = timed_rounds(engine, prompt, tokens, width).seconds
         warm: list[float] = []
         grew: list[bool] = []
+        keys: list[int] = []
         rounds, accepted_length = 0, 0.0
         for _ in range(repeats):
             timed = timed_rounds(engine, prompt, tokens, width)
             warm += timed.seconds
             grew += timed.grew
+            keys += timed.keys
             rounds, accepted_length = timed.stats.rounds, timed.stats.acceptance_length
         steady = list(warm)  # plus rounds at other prompt lengths: for steadiness only
         for extra in prompt_lengths(prompt, requests):
             timed = timed_rounds(engine, extra, tokens, width)
             steady += timed.seconds
             grew += timed.grew
+            keys += timed.keys
     timer = RoundTimer()
     for _ in range(repeats):
         timed_rounds(engine, prompt, tokens, width, timer)
@@ -306,6 +314,7 @@ def profile_width(
         round_times_ms=[round(1000 * t, 3) for t in steady],
         full_collections_ms=full.ms,
         growth_rounds=[i for i, g in enumerate(grew) if g],
+        round_keys=keys,
     )
 
 

@@ -42,6 +42,11 @@ def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path:
         # As served, the loaded pair is out of the collector; its full passes are timed.
         assert row["heap"] == "frozen"
         assert all(ms >= 0 for ms in row["full_collections_ms"])
+        # Every timed round is placed by the target's cached rows after it. Here one
+        # request: they rise every round (rollback keeps the accepted rows, at least one).
+        keys = row["round_keys"]
+        assert len(keys) == len(row["round_times_ms"]) > 0
+        assert all(a < b for a, b in zip(keys, keys[1:], strict=False))
 
 
 def test_profile_with_a_bad_blas_setting_stops_naming_it_before_loading_anything(
