@@ -151,6 +151,8 @@ def right_padded(buffers: list[mx.array], lengths: list[int], width: int) -> mx.
 
 
 VECTOR_ROWS = 3  # MLX's CUDA vector kernel serves 1 to 3 query rows (supports_sdpa_vector)
+VECTOR_TWO_PASS_KEYS = 1024  # past this many keys it takes its two-pass variant
+# (sdpa_vector_fallback in mlx/backend/cuda/scaled_dot_product_attention.cu, MLX 0.32)
 CUDNN_ENV = "MLX_CUDA_USE_CUDNN_SDPA"
 
 
