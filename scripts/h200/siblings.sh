@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# H200 call (issue 12): two fine-tunes of one drafter side by side, each on its own seed
+# (SEEDS, default "9 10"), in parallel on the one GPU, both as train.sh's single run would
+# be (the same variables: INIT, LR, DATA_S, BUDGET_S, SELF_CHAT, DISTILL, EARLY_BOOST,
+# TRAIN_ARGS). Siblings from one parent are what a weight average ("model soup",
+# scripts/soup.py) is made of. Both drafters and their logs come back as one tar in
+# parts of 15 MiB ($OUT/siblings.tar.part.*; join with cat, then tar -x), because two
+# drafters' files are more than the 8 a call brings back.
+cp .payload*/* /root/keep/ 2>/dev/null
+. scripts/h200/setup.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
+python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
+  > $OUT/target.txt 2>&1
+BF16=$(ls -d /root/cache/smollm2-*-bfloat16 | head -1)
+INIT=${INIT-drafter/default_pair}
+runs=()
+for seed in ${SEEDS:-9 10}; do
+  D=/root/keep/seed$seed && mkdir -p $D && runs+=(seed$seed)
+  setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
+    --out $D --site --layers 5 --gen-batch 2048 ${INIT:+--init $INIT} --seed $seed \
+    --lr ${LR:-1.5e-4} --self-chat ${SELF_CHAT:-8000} --data-seconds ${DATA_S:-100} \
+    --budget-seconds ${BUDGET_S:-545} --eval-seconds 70 --batch 64 \
+    ${DISTILL:+--distill $DISTILL} ${EARLY_BOOST:+--early-boost $EARLY_BOOST} \
+    $TRAIN_ARGS > $D/stdout.txt 2>&1 < /dev/null &
+done
+done_all() {
+  for r in "${runs[@]}"; do grep -q '"event": "done"\|Traceback' /root/keep/$r/stdout.txt || return 1; done
+}
+while [ $SECONDS -lt ${WAIT_S:-585} ]; do sleep 5; done_all && break; done
+files=()
+for r in "${runs[@]}"; do
+  grep -q '"event": "done"' /root/keep/$r/stdout.txt && files+=($r/drafter-L5 $r/train_log.json)
+  grep -v Warning /root/keep/$r/stdout.txt | grep -v '"acceptance"' | cut -c1-300 | tail -8
+  grep '"acceptance"' /root/keep/$r/stdout.txt | grep '"width": 8' | cut -c1-300
+done
+[ ${#files[@]} -gt 0 ] && tar -C /root/keep -cf - "${files[@]}" | split -b 15M -d - $OUT/siblings.tar.part.
+ls -la $OUT
