@@ -11,13 +11,19 @@ at their prefill, drafter/attention.py: reserve).
 
 With vector attention, the CUDA default, one round per process stayed slow: the
 one whose verify block first crosses the vector kernel's two-pass threshold
-(VECTOR_TWO_PASS_KEYS). In all nine H200 profile processes, warmed up or not, KV
-reserved or not, that round took 1.98-2.61x the median (17-36 ms), and where
-recorded it ended at 1,023 cached rows (h200-kv-steadiness.md). Such a round runs
-one-pass chunks, then two-pass ones: a mix no warm-up request met, each starting
-below or above the threshold. So one short request per row of a block at which
-the crossing can fall now starts just under it. Our reading, not yet measured.
-
+(VECTOR_TWO_PASS_KEYS). In all nine H200 profile processes of h200-kv-steadiness.md,
+warmed up or not, that round took 1.98-2.61x the median (17-36 ms), ending at 1,023
+cached rows. Requests whose first round crossed there (session 18) did not help: the
+same round was still 1.72x and 2.11x the median in two warmed processes
+(h200-warm-crossing.md). Our reading: MLX on CUDA replays a round as CUDA graphs of
+100 kernels each, cached by their sequence of kernel kinds
+(mlx/backend/cuda/device.cpp: graph_cache_), and instantiates a graph it has not
+seen, about a millisecond or more each. A round that straddles the threshold mixes
+one-pass and two-pass attention, a new sequence. The first round of a request is
+not like the rest either: the drafter then takes in the whole prompt's features,
+with other kernels, so every graph boundary after it falls elsewhere. So the warm-up
+now runs requests until a round that is not its request's first has started at
+every cache length whose blocks straddle the threshold (`crossing_rows`).
 The warm-up leaves the prompt cache as it found it: its requests are not a
 client's, and a cached warm-up prefix would change how a later prompt is
 prefilled. The whole is bounded by a time budget.
@@ -25,9 +31,10 @@ prefilled. The whole is bounded by a time budget.
 
 from __future__ import annotations
 
+import itertools
 import time
 
-from drafter.attention import STEP, VECTOR_TWO_PASS_KEYS  # 256-row steps; 1,024 keys
+from drafter.attention import STEP, VECTOR_ROWS, VECTOR_TWO_PASS_KEYS
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 
@@ -45,27 +52,72 @@ def warm_up(engine: Engine, budget_s: float = WARM_UP_BUDGET_S) -> float:
         width = engine.block_size or 1
         run(engine, base, 2 * width + 2)
         if engine.speculative:
-            for prompt in warm_prompts(base, width, engine.attention, engine.context_length):
-                if time.perf_counter() - start > budget_s:
+            deadline = start + budget_s
+            for prompt in warm_prompts(base, width, engine.context_length):
+                if time.perf_counter() > deadline:
                     break
                 run(engine, prompt, 2 * width + 2)
+            if engine.attention == "vector":
+                warm_crossings(engine, base, width, deadline)
     finally:
         engine.prompt_cache = saved
     return round(time.perf_counter() - start, 3)
 
 
-def warm_prompts(base: list[int], width: int, attention: str, limit: int) -> list[list[int]]:
+def warm_prompts(base: list[int], width: int, limit: int) -> list[list[int]]:
     """The speculative warm-up's prompts (`base` repeated and cut): one that fills the
     cache buffer to each whole-step length up to WARM_KEYS, 248 rows short of it, so
-    its rounds run in that buffer; then, with vector attention, one per row of the
-    first verify block (anchor + width drafts) that can be its first past
-    VECTOR_TWO_PASS_KEYS keys. None longer than `limit` (the context length)."""
+    its rounds run in that buffer. None longer than `limit` (the context length)."""
     lengths = [keys - STEP + 8 for keys in range(2 * STEP, min(WARM_KEYS, limit) + 1, STEP)]
-    if attention == "vector" and VECTOR_TWO_PASS_KEYS + 2 * width + 2 <= limit:
-        # A prompt of P tokens: the first block's rows read P + 1 ... P + width + 1 keys.
-        lengths += [VECTOR_TWO_PASS_KEYS - row for row in range(width + 1)]
-    longest = base * (max(lengths, default=0) // max(1, len(base)) + 1)
-    return [longest[:n] for n in lengths]
+    return [repeat(base, n) for n in lengths if n + 2 * width + 2 <= limit]
+
+
+def crossing_rows(width: int) -> range:
+    """Target cache lengths at a round's start at which the round straddles the
+    two-pass line. A round that starts with R cached rows verifies `width` rows,
+    which read R + 1 ... R + width keys in chunks of VECTOR_ROWS, each chunk over
+    the keys of its last row (drafter/attention.py: chunked_attention); the
+    drafter's block reads about R + width. From R = line - width + 1 to R = line -
+    VECTOR_ROWS some chunks are one-pass and some two-pass; one row more on either
+    side for the drafter's, which flips alone."""
+    line = VECTOR_TWO_PASS_KEYS
+    return range(line - width, line - min(VECTOR_ROWS, width) + 2)
+
+
+def warm_crossings(engine: Engine, base: list[int], width: int, deadline: float) -> set[int]:
+    """Requests of 2 * (width + 1) prompt lengths, each a token shorter than the last,
+    until a round that is not its request's first has started at each of
+    `crossing_rows`; returns the lengths still unmet (at the deadline, or after the
+    last request). A request's later rounds start at lengths that move with its
+    prompt's, so as a rule none is left.
+
+    The longest prompt's first round ends below the line, and the shortest one's
+    6 * (width + 1) tokens carry its later rounds past it."""
+    todo = set(crossing_rows(width))
+    tokens = 6 * (width + 1)
+    longest = VECTOR_TWO_PASS_KEYS - 2 * (width + 1) - 1
+    if longest + tokens > engine.context_length:
+        return todo
+    for length in range(longest, longest - 2 * (width + 1), -1):
+        if not todo or time.perf_counter() > deadline:
+            break
+        outs = engine.generate(repeat(base, length), tokens, SamplingParams(), ignore_eos=True)
+        todo -= set(later_round_starts(length, [len(out) for out in outs]))
+    return todo
+
+
+def later_round_starts(length: int, sizes: list[int]) -> list[int]:
+    """The target's cached rows at the start of each round after a request's first.
+    sizes: how many tokens each yield of `Engine.generate` held (the first, the
+    prefill's token). A round starts with the prompt and every token emitted before
+    it but the last, its anchor."""
+    emitted = list(itertools.accumulate(sizes))
+    return [length + before - 1 for before in emitted[1:-1]]
+
+
+def repeat(base: list[int], n: int) -> list[int]:
+    """The first n tokens of `base` repeated."""
+    return (base * (n // max(1, len(base)) + 1))[:n]
 
 
 def run(engine: Engine, prompt: list[int], tokens: int) -> None:

@@ -3,14 +3,25 @@ nothing of them behind for the clients that follow."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from drafter.attention import STEP, VECTOR_TWO_PASS_KEYS
+from drafter.attention import STEP, VECTOR_ROWS, VECTOR_TWO_PASS_KEYS
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import SamplingParams
-from drafter.warmup import WARM_KEYS, warm_prompts, warm_up
+from drafter.speculative import Session
+from drafter.warmup import (
+    TEXT,
+    WARM_KEYS,
+    crossing_rows,
+    later_round_starts,
+    warm_crossings,
+    warm_prompts,
+    warm_up,
+)
 from tests.drafter.conftest import Pair
 
 WIDTH = 4
@@ -41,28 +52,67 @@ def test_warm_up_leaves_the_prompt_cache_as_it_found_it(pair: Pair) -> None:
     assert cached == len(client)
 
 
-@pytest.mark.parametrize("width", [2, 8])
-def test_with_vector_attention_a_warm_up_request_crosses_two_pass_keys_at_each_block_row(
+def test_warm_up_prompts_fill_each_whole_step_buffer_and_stay_inside_the_context() -> None:
+    base = list(range(10, 23))
+    prompts = warm_prompts(base, 8, 8192)
+    assert [len(p) for p in prompts] == [k - STEP + 8 for k in range(2 * STEP, WARM_KEYS + 1, STEP)]
+    assert all(p == (base * 200)[: len(p)] for p in prompts)  # the base repeated and cut
+    short = warm_prompts(base, 8, 600)
+    assert short and max(len(p) for p in short) + 2 * 8 + 2 <= 600
+
+
+@pytest.mark.parametrize("width", [2, 4, 8])
+def test_crossing_rows_hold_every_round_start_whose_verify_chunks_straddle_two_pass(
     width: int,
 ) -> None:
-    base = list(range(10, 23))
-    prompts = warm_prompts(base, width, "vector", 8192)
-    lengths = [len(p) for p in prompts]
-    # A prompt of P tokens: its first block's row r reads P + r + 1 keys, so row
-    # 1,024 - P is the first past the line. Every row of the block (anchor and width
-    # drafts) is that row in some request.
-    firsts = {VECTOR_TWO_PASS_KEYS - n for n in lengths}
-    assert set(range(width + 1)) <= firsts
-    # Each prompt is the base text repeated and cut.
-    assert all(p == (base * 200)[: len(p)] for p in prompts)
-    # The buffer-size requests come first, as with every other attention.
-    steps = warm_prompts(base, width, "exact", 8192)
-    assert prompts[: len(steps)] == steps
-    assert [len(p) for p in steps] == [k - STEP + 8 for k in range(2 * STEP, WARM_KEYS + 1, STEP)]
-    # None of those crosses the line inside its first block: the gap these fill.
-    assert all(not 0 <= VECTOR_TWO_PASS_KEYS - len(p) <= width for p in steps)
+    # Chunks of a verify block starting at R rows read up to R + 3, R + 6, ..., R + width.
+    def mixed(start: int) -> bool:
+        ends = [start + min(b, width) for b in range(VECTOR_ROWS, width + VECTOR_ROWS, VECTOR_ROWS)]
+        return min(ends) <= VECTOR_TWO_PASS_KEYS < max(ends)
+
+    straddling = {
+        r for r in range(VECTOR_TWO_PASS_KEYS - 64, VECTOR_TWO_PASS_KEYS + 64) if mixed(r)
+    }
+    assert straddling <= set(crossing_rows(width))
+    assert len(crossing_rows(width)) <= len(straddling) + 2  # a row of margin each side
 
 
-def test_warm_up_prompts_stay_inside_a_short_context() -> None:
-    prompts = warm_prompts(list(range(5, 9)), 8, "vector", 1024)
-    assert prompts and max(len(p) for p in prompts) + 2 * 8 + 2 <= 1024
+def test_later_round_starts_are_the_target_cache_rows_each_round_starts_with(pair: Pair) -> None:
+    engine = Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=600,
+        drafter=pair.drafter,
+        block_size=WIDTH,
+    )
+    prompt = pair.tokenizer.encode("rows at every round's start, counted two ways")
+    session = Session(engine, SamplingParams(), GenerationStats(), ignore_eos=True)
+    sizes, rows_after = [], []
+    for out in session.generate(prompt, 40):
+        sizes.append(len(out))
+        kv = next(c for c in session.cache if hasattr(c, "offset"))  # an attention layer's
+        rows_after.append(kv.offset)  # = the next round's start
+    assert len(sizes) > 3
+    assert later_round_starts(len(prompt), sizes) == rows_after[1:-1]
+
+
+def test_with_vector_attention_the_warm_up_starts_a_later_round_at_every_crossing_row(
+    pair: Pair,
+) -> None:
+    engine = Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=pair.drafter,
+        block_size=WIDTH,
+        attention="vector",
+    )
+    base = pair.tokenizer.encode(TEXT)
+    assert warm_crossings(engine, base, WIDTH, time.perf_counter() + 60) == set()
+    # Without the room to cross, it says which rows it left unmet.
+    engine.context_length = 1024
+    assert warm_crossings(engine, base, WIDTH, time.perf_counter() + 60) == set(
+        crossing_rows(WIDTH)
+    )
