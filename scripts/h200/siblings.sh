@@ -8,10 +8,7 @@
 # drafters' files are more than the 8 a call brings back.
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
-python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
-  > $OUT/target.txt 2>&1
-BF16=$(ls -d /root/cache/smollm2-*-bfloat16 | head -1)
+BF16=$(bf16_target)
 INIT=${INIT-drafter/default_pair}
 runs=()
 for seed in ${SEEDS:-9 10}; do

@@ -24,10 +24,7 @@
 # each its own RUN and start the next from the last: RUN=run2 INIT=/root/keep/run1/drafter-L5.
 cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/device.txt 2>&1
-python3 -c "from drafter.checkpoints.smollm2 import ensure_smollm2; print(ensure_smollm2(None, 'bfloat16'))" \
-  > $OUT/target.txt 2>&1
-BF16=$(ls -d /root/cache/smollm2-*-bfloat16 | head -1)
+BF16=$(bf16_target)
 D=/root/keep/${RUN:-train}
 mkdir -p $D
 INIT=${INIT-drafter/default_pair}

@@ -27,15 +27,20 @@ from tests.drafter.conftest import Pair
 WIDTH = 4
 
 
-def test_warm_up_leaves_the_prompt_cache_as_it_found_it(pair: Pair) -> None:
-    engine = Engine(
+def engine_of(pair: Pair, context_length: int, attention: str | None = None) -> Engine:
+    return Engine(
         pair.model,
         pair.tokenizer,
         model_id="tiny",
-        context_length=600,  # warm-up requests of 264 tokens only: a quick test
+        context_length=context_length,
         drafter=pair.drafter,
         block_size=WIDTH,
+        attention=attention,
     )
+
+
+def test_warm_up_leaves_the_prompt_cache_as_it_found_it(pair: Pair) -> None:
+    engine = engine_of(pair, 600)  # warm-up requests of 264 tokens only: a quick test
     cache = engine.prompt_cache = PromptCache(2**30)
     client = pair.tokenizer.encode("a client's prompt, cached before the warm-up")
     list(engine.classic_generate(client, 2, SamplingParams(), ignore_eos=True))
@@ -78,14 +83,7 @@ def test_crossing_rows_hold_every_round_start_whose_verify_chunks_straddle_two_p
 
 
 def test_later_round_starts_are_the_target_cache_rows_each_round_starts_with(pair: Pair) -> None:
-    engine = Engine(
-        pair.model,
-        pair.tokenizer,
-        model_id="tiny",
-        context_length=600,
-        drafter=pair.drafter,
-        block_size=WIDTH,
-    )
+    engine = engine_of(pair, 600)
     prompt = pair.tokenizer.encode("rows at every round's start, counted two ways")
     session = Session(engine, SamplingParams(), GenerationStats(), ignore_eos=True)
     sizes, rows_after = [], []
@@ -100,15 +98,7 @@ def test_later_round_starts_are_the_target_cache_rows_each_round_starts_with(pai
 def test_with_vector_attention_the_warm_up_starts_a_later_round_at_every_crossing_row(
     pair: Pair,
 ) -> None:
-    engine = Engine(
-        pair.model,
-        pair.tokenizer,
-        model_id="tiny",
-        context_length=2048,
-        drafter=pair.drafter,
-        block_size=WIDTH,
-        attention="vector",
-    )
+    engine = engine_of(pair, 2048, attention="vector")
     base = pair.tokenizer.encode(TEXT)
     assert warm_crossings(engine, base, WIDTH, time.perf_counter() + 60) == set()
     # Without the room to cross, it says which rows it left unmet.
