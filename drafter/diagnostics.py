@@ -42,5 +42,7 @@ class SpeculativeConfig(TypedDict):
     max_margin: NotRequired[float | None]
     kernel_noise: NotRequired[float]
     probe_tokens: NotRequired[int]
-    warm_up_s: float | None
+    warm_up_s: float | None  # None: no warm-up ran (CPU, or switched off)
+    # crossing rows the warm-up left unmet (drafter/warmup.py: WarmUp); 0 as a rule
+    warm_up_unmet: int | None
     prompt_cache_bytes: int

@@ -25,7 +25,7 @@ from drafter.engine import Engine
 from drafter.files import config_value, read_config
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
 from drafter.prompt_cache import PromptCache
-from drafter.warmup import warm_up
+from drafter.warmup import WarmUp, warm_up
 from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
 NO_DRAFTER = "none"
@@ -81,7 +81,7 @@ class Loaded:
     resolution: Resolution
     exactness: str  # 'exact', 'rounding', 'differs', 'off', or 'n/a' (no drafter)
     probe: ProbeResult | None = None
-    warm_up_s: float | None = None
+    warmed: WarmUp | None = None  # None: no warm-up ran
 
     @property
     def speculative(self) -> bool:
@@ -107,7 +107,8 @@ class Loaded:
             rowwise_linear=self.engine.rowwise_linear,
             draft_head_tokens=None if drafter is None else drafter.head_tokens,
             exactness=self.exactness,
-            warm_up_s=self.warm_up_s,
+            warm_up_s=None if self.warmed is None else self.warmed.seconds,
+            warm_up_unmet=None if self.warmed is None else self.warmed.unmet,
             prompt_cache_bytes=0 if cache is None else cache.max_bytes,
         )
         if self.probe is not None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 
 from drafter.attention import STEP, VECTOR_ROWS, VECTOR_TWO_PASS_KEYS
 from drafter.engine import Engine
@@ -43,9 +44,18 @@ WARM_KEYS = 2048  # buffer lengths 256, 512, ... up to here
 TEXT = "def warm_up(x):\n    return x * 2  # a short prompt\n"
 
 
-def warm_up(engine: Engine, budget_s: float = WARM_UP_BUDGET_S) -> float:
-    """Run the warm-up requests; returns the seconds it took."""
+@dataclass(frozen=True)
+class WarmUp:
+    seconds: float
+    # crossing rows (`crossing_rows`) no later round started at: the budget ran out or
+    # the context is too short; 0 also where there are none to meet (no vector attention)
+    unmet: int
+
+
+def warm_up(engine: Engine, budget_s: float = WARM_UP_BUDGET_S) -> WarmUp:
+    """Run the warm-up requests; returns the seconds they took and what they left unmet."""
     start = time.perf_counter()
+    unmet: set[int] = set()
     saved, engine.prompt_cache = engine.prompt_cache, None
     try:
         base = engine.tokenizer.encode(TEXT)
@@ -58,10 +68,10 @@ def warm_up(engine: Engine, budget_s: float = WARM_UP_BUDGET_S) -> float:
                     break
                 run(engine, prompt, 2 * width + 2)
             if engine.attention == "vector":
-                warm_crossings(engine, base, width, deadline)
+                unmet = warm_crossings(engine, base, width, deadline)
     finally:
         engine.prompt_cache = saved
-    return round(time.perf_counter() - start, 3)
+    return WarmUp(round(time.perf_counter() - start, 3), len(unmet))
 
 
 def warm_prompts(base: list[int], width: int, limit: int) -> list[list[int]]:

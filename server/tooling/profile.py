@@ -64,6 +64,7 @@ class WidthProfile:
     kv: str = "reserved"  # the KV buffers: sized at prefill (as served), or grown mid-request
     growth_rounds: list[int] = field(default_factory=list)  # round_times_ms indices where a
     # target or drafter KV buffer grew
+    warm_up_unmet: int | None = None  # crossing rows the warm-up left unmet (WarmUp)
     round_keys: list[int] = field(default_factory=list)  # per round_times_ms entry: the
     # target's cached rows after it, so a slow round can be placed (a request's start, or
     # a kernel's length threshold: MLX's CUDA vector attention takes two passes past 1,024)
@@ -172,7 +173,9 @@ def run_profile(args: argparse.Namespace) -> int:
             loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
         )
         result.backend, result.attention, result.linear = loaded.device.backend, attention, linear
-        result.heap, result.warm_up_s, result.kv = args.heap, warmed, args.kv
+        result.heap, result.kv = args.heap, args.kv
+        if warmed is not None:
+            result.warm_up_s, result.warm_up_unmet = warmed.seconds, warmed.unmet
         print(json.dumps(asdict(result)) if args.json else table_row(result), flush=True)
     return 0
 

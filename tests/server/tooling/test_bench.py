@@ -228,6 +228,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
         "draft_head_tokens": 16384,
         "exactness": "exact",
         "warm_up_s": None,
+        "warm_up_unmet": None,
         "prompt_cache_bytes": 0,
     }
     assert speculative_config({"status": "ok", "speculative": block}) == block
