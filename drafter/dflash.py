@@ -48,6 +48,7 @@ from drafter.rowwise import project, set_rowwise
 
 ARCHITECTURE = "DFlashDraftModel"
 DRAFT_VOCAB_FILE = "draft_vocab.json"
+WEIGHTS_FILE = "model.safetensors"  # what save_drafter writes; a loader reads every *.safetensors
 DEFAULT_BLOCK_SIZE = 16
 REQUIRED_KEYS = (
     "hidden_size",
@@ -561,7 +562,7 @@ def save_drafter(path: str | Path, model: DFlashDraftModel, args: ModelArgs) -> 
 
     def fill(staging: Path) -> None:
         weights = dict(tree_flatten(model.parameters()))
-        mx.save_safetensors(str(staging / "model.safetensors"), weights, metadata={"format": "mlx"})
+        mx.save_safetensors(str(staging / WEIGHTS_FILE), weights, metadata={"format": "mlx"})
         (staging / "config.json").write_text(json.dumps(args.to_config(), indent=2))
 
     return write_dir_atomically(Path(path), fill)

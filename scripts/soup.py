@@ -19,12 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import mlx.core as mx
 
-WEIGHTS = "model.safetensors"
-VOCAB = "draft_vocab.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from drafter.dflash import DRAFT_VOCAB_FILE, WEIGHTS_FILE, read_weights  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def mean_weights(drafters: list[Path]) -> dict[str, mx.array]:
     """The tensor-by-tensor mean of the drafters' weights; their names and shapes must
     agree, since only drafters of one architecture average into a working one."""
-    loaded = [mx.load(str(d / WEIGHTS)) for d in drafters]
+    loaded = [read_weights(d) for d in drafters]  # every *.safetensors part of each
     first = loaded[0]
     for d, weights in zip(drafters[1:], loaded[1:], strict=True):
         if weights.keys() != first.keys():
@@ -59,11 +60,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("the drafters' config.json files differ: not one architecture")
     soup = mean_weights(args.drafters)
     args.out.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(args.out / WEIGHTS), soup, metadata={"format": "pt"})
+    mx.save_safetensors(str(args.out / WEIGHTS_FILE), soup, metadata={"format": "pt"})
     shutil.copy(args.drafters[0] / "config.json", args.out / "config.json")
-    vocab = (args.vocab_from or args.drafters[0]) / VOCAB
+    vocab = (args.vocab_from or args.drafters[0]) / DRAFT_VOCAB_FILE
     if vocab.exists():
-        shutil.copy(vocab, args.out / VOCAB)
+        shutil.copy(vocab, args.out / DRAFT_VOCAB_FILE)
     print(f"{args.out}: the mean of {len(args.drafters)} drafters, {len(soup)} tensors")
 
 
