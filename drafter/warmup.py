@@ -24,6 +24,7 @@ not like the rest either: the drafter then takes in the whole prompt's features,
 with other kernels, so every graph boundary after it falls elsewhere. So the warm-up
 now runs requests until a round that is not its request's first has started at
 every cache length whose blocks straddle the threshold (`crossing_rows`).
+
 The warm-up leaves the prompt cache as it found it: its requests are not a
 client's, and a cached warm-up prefix would change how a later prompt is
 prefilled. The whole is bounded by a time budget.
