@@ -17,6 +17,7 @@ from drafter.warmup import (
     TEXT,
     WARM_KEYS,
     crossing_rows,
+    ending_with,
     later_round_starts,
     warm_crossings,
     warm_prompts,
@@ -81,6 +82,14 @@ def test_crossing_rows_hold_every_round_start_whose_verify_chunks_straddle_two_p
     }
     assert straddling <= set(crossing_rows(width))
     assert len(crossing_rows(width)) <= len(straddling) + 2  # a row of margin each side
+
+
+def test_crossing_prompts_end_where_the_base_text_ends() -> None:
+    base = list(range(10, 23))
+    for n in (1, 12, 13, 14, 1005):
+        prompt = ending_with(base, n)
+        assert len(prompt) == n
+        assert prompt == (base * 100)[len(base) * 100 - n :]  # the same text, cut at its start
 
 
 def test_later_round_starts_are_the_target_cache_rows_each_round_starts_with(pair: Pair) -> None:
