@@ -103,9 +103,10 @@ def warm_crossings(engine: Engine, base: list[int], width: int, deadline: float)
     Every prompt is `base` repeated, cut to end where `base` ends (`ending_with`). The
     text that follows, and so how many tokens each round emits, is then the same in
     every request, and each round starts one row earlier than in the request before:
-    a few requests meet every length. (Prompts cut at their start instead keep the
-    repeated text in step with the rows, and rounds that accept 7 or 8 tokens of it
-    skip the same rows in every request: 4 of 7 stayed unmet on the H200.) The
+    a few requests meet every length. (Prompts that start where `base` starts keep
+    the repeated text in step with the rows instead, and rounds that accept 5 to 8
+    tokens of it skip the same rows in every request: 4 of 7 stayed unmet on the
+    H200, h200-warm-crossing.md.) The
     longest prompt's first round ends below the line, and each request runs two
     blocks past it."""
     todo = set(crossing_rows(width))
