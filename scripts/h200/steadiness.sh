@@ -23,5 +23,6 @@ for line in open(os.environ["OUT"] + "/steadiness.jsonl"):
     med = statistics.median(t)
     slow = [(i, round(x, 1), i in grew, keys[i]) for i, x in enumerate(t) if x > 2 * med]
     print(r["process"], "rounds", len(t), "median", round(med, 2), "warm_up_s", r["warm_up_s"],
+          "unmet", r.get("warm_up_unmet"),
           "| above 2x (index, ms, grew, key rows):", slow, "| growth rounds:", len(grew))
 PY
