@@ -106,9 +106,8 @@ def warm_crossings(engine: Engine, base: list[int], width: int, deadline: float)
     a few requests meet every length. (Prompts that start where `base` starts keep
     the repeated text in step with the rows instead, and rounds that accept 5 to 8
     tokens of it skip the same rows in every request: 4 of 7 stayed unmet on the
-    H200, h200-warm-crossing.md.) The
-    longest prompt's first round ends below the line, and each request runs two
-    blocks past it."""
+    H200, h200-warm-crossing.md.) The longest prompt's first round ends below the
+    line, and each request runs two blocks past it."""
     todo = set(crossing_rows(width))
     longest = VECTOR_TWO_PASS_KEYS - 2 * (width + 1) - 1
     for length in range(longest, longest - 4 * (width + 1), -1):
@@ -132,13 +131,18 @@ def later_round_starts(length: int, sizes: list[int]) -> list[int]:
 
 def repeat(base: list[int], n: int) -> list[int]:
     """The first n tokens of `base` repeated."""
-    return (base * (n // max(1, len(base)) + 1))[:n]
+    return tiled(base, n)[:n]
 
 
 def ending_with(base: list[int], n: int) -> list[int]:
     """The last n tokens of `base` repeated: they end where `base` ends."""
-    text = base * (n // max(1, len(base)) + 1)
+    text = tiled(base, n)
     return text[len(text) - n :]
+
+
+def tiled(base: list[int], n: int) -> list[int]:
+    """`base` repeated in whole copies to at least n tokens."""
+    return base * (n // max(1, len(base)) + 1)
 
 
 def run(engine: Engine, prompt: list[int], tokens: int) -> None:

@@ -17,7 +17,6 @@ from the first drafter; the draft vocabulary (optional in the published format) 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -25,7 +24,13 @@ from pathlib import Path
 import mlx.core as mx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from drafter.dflash import DRAFT_VOCAB_FILE, WEIGHTS_FILE, read_weights  # noqa: E402
+from drafter.dflash import (  # noqa: E402
+    DRAFT_VOCAB_FILE,
+    WEIGHTS_FILE,
+    DrafterError,
+    read_drafter_config,
+    read_weights,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -55,7 +60,10 @@ def mean_weights(drafters: list[Path]) -> dict[str, mx.array]:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    configs = [json.loads((d / "config.json").read_text()) for d in args.drafters]
+    try:  # each must be a DFlash checkpoint, as the loader checks it
+        configs = [read_drafter_config(d) for d in args.drafters]
+    except DrafterError as error:
+        raise SystemExit(str(error)) from error
     if any(c != configs[0] for c in configs[1:]):
         raise SystemExit("the drafters' config.json files differ: not one architecture")
     soup = mean_weights(args.drafters)

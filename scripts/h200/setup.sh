@@ -19,4 +19,20 @@ bf16_target() {
     > $OUT/target.txt 2>&1
   ls -d /root/cache/smollm2-*-bfloat16 | head -1
 }
+
+# Start scripts/train_drafter.py against $BF16 in its own session (it outlives the call
+# while the machine stays held): `start_training DIR SEED [ARG ...]` writes the run to DIR
+# (its log: DIR/stdout.txt). LAYERS (default 5), INIT, LR, SELF_CHAT, DATA_S, BUDGET_S,
+# DISTILL, EARLY_BOOST and TRAIN_ARGS set the run; the caller gives LR, SELF_CHAT, DATA_S
+# and BUDGET_S their defaults. The ARGs go to the script as they are.
+start_training() {
+  local dir=$1 seed=$2
+  shift 2
+  mkdir -p $dir
+  setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
+    --out $dir --site --layers ${LAYERS:-5} --gen-batch 2048 ${INIT:+--init $INIT} \
+    --seed $seed --lr $LR --self-chat $SELF_CHAT --data-seconds $DATA_S \
+    --budget-seconds $BUDGET_S --eval-seconds 70 --batch 64 ${DISTILL:+--distill $DISTILL} \
+    ${EARLY_BOOST:+--early-boost $EARLY_BOOST} "$@" $TRAIN_ARGS > $dir/stdout.txt 2>&1 < /dev/null &
+}
 set +e

@@ -10,15 +10,12 @@ cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 BF16=$(bf16_target)
 INIT=${INIT-drafter/default_pair}
+LAYERS=5  # the drafter-L5 dirs brought back below
+: ${LR:=1.5e-4} ${SELF_CHAT:=8000} ${DATA_S:=100} ${BUDGET_S:=545}
 runs=()
 for seed in ${SEEDS:-9 10}; do
-  D=/root/keep/seed$seed && mkdir -p $D && runs+=(seed$seed)
-  setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
-    --out $D --site --layers 5 --gen-batch 2048 ${INIT:+--init $INIT} --seed $seed \
-    --lr ${LR:-1.5e-4} --self-chat ${SELF_CHAT:-8000} --data-seconds ${DATA_S:-100} \
-    --budget-seconds ${BUDGET_S:-545} --eval-seconds 70 --batch 64 \
-    ${DISTILL:+--distill $DISTILL} ${EARLY_BOOST:+--early-boost $EARLY_BOOST} \
-    $TRAIN_ARGS > $D/stdout.txt 2>&1 < /dev/null &
+  runs+=(seed$seed)
+  start_training /root/keep/seed$seed $seed
 done
 done_all() {
   for r in "${runs[@]}"; do grep -q '"event": "done"\|Traceback' /root/keep/$r/stdout.txt || return 1; done

@@ -26,14 +26,9 @@ cp .payload*/* /root/keep/ 2>/dev/null
 . scripts/h200/setup.sh
 BF16=$(bf16_target)
 D=/root/keep/${RUN:-train}
-mkdir -p $D
 INIT=${INIT-drafter/default_pair}
-setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
-  --out $D --site --layers ${LAYERS:-5} --gen-batch 2048 \
-  ${INIT:+--init $INIT} --seed ${SEED:-0} --lr ${LR:-5e-4} --self-chat ${SELF_CHAT:-28000} \
-  --data-seconds ${DATA_S:-380} --budget-seconds ${BUDGET_S:-1100} --eval-seconds 70 \
-  --batch 64 --split-mib 15.5 ${DISTILL:+--distill $DISTILL} \
-  ${EARLY_BOOST:+--early-boost $EARLY_BOOST} $TRAIN_ARGS > $D/stdout.txt 2>&1 < /dev/null &
+: ${LR:=5e-4} ${SELF_CHAT:=28000} ${DATA_S:=380} ${BUDGET_S:=1100}
+start_training $D ${SEED:-0} --split-mib 15.5
 while [ $SECONDS -lt ${WAIT_S:-560} ]; do
   sleep 5; grep -q '"event": "done"\|Traceback' $D/stdout.txt && break
 done
