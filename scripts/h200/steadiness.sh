@@ -7,12 +7,13 @@
 # the lines printed are each arm's rounds above 2x the median and the rounds that grew
 # a buffer. About 65 s a process. ARMS (comma-separated `--kv` values and flags) sets
 # the arms and their order, e.g. ARMS="reserved,grown --warm-up" for the other two cells.
+# TAG, if set, is appended to each line's `process` (e.g. the MLX variables a run set).
 . scripts/h200/setup.sh
 IFS=, read -r -a arms <<< "${ARMS:-grown,reserved --warm-up}"
 for arm in "${arms[@]}"; do
   timeout 280 python3 -m server.cli profile --json --width ${WIDTH:-8} --max-tokens 512 \
     --repeats 1 --requests 20 --kv $arm 2> $OUT/steadiness-${arm%% *}.err \
-    | python3 -c "import json,sys; r=json.loads(sys.stdin.readlines()[-1]); r['process']='$arm'; print(json.dumps(r))" \
+    | python3 -c "import json,sys; r=json.loads(sys.stdin.readlines()[-1]); r['process']='$arm${TAG:+ $TAG}'; print(json.dumps(r))" \
     >> $OUT/steadiness.jsonl
 done
 python3 - <<'PY'
