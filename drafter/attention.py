@@ -168,22 +168,28 @@ def chunked_attention(
     """Causal attention of N query rows, the last N of exact-length keys, in chunks
     of at most VECTOR_ROWS rows. A chunk of rows [a, b) reads the keys up to the
     one of row b - 1, bottom-right causal: row a + j sees exactly what it sees in
-    one causal call over all N rows."""
+    one causal call over all N rows.
+
+    The chunks are joined row-major, (B, N, H, D), and handed back as a transposed
+    view: the vector kernel writes each chunk in that layout, and the caller's
+    `transpose(0, 2, 1, 3).reshape(B, N, -1)` (mlx-lm's attention) then reads it
+    without a copy, as it reads a one-row step's output. Joined along the head-major
+    axis instead, that reshape would copy every verify block once per layer."""
     rows, total = queries.shape[2], keys.shape[2]
     outs = []
     for a in range(0, rows, VECTOR_ROWS):
         b = min(a + VECTOR_ROWS, rows)
         end = total - rows + b
-        outs.append(
-            mx.fast.scaled_dot_product_attention(
-                queries[:, :, a:b],
-                keys[..., :end, :],
-                values[..., :end, :],
-                scale=scale,
-                mask="causal" if b - a > 1 else None,
-            )
+        out = mx.fast.scaled_dot_product_attention(
+            queries[:, :, a:b],
+            keys[..., :end, :],
+            values[..., :end, :],
+            scale=scale,
+            mask="causal" if b - a > 1 else None,
         )
-    return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=2)
+        outs.append(out.transpose(0, 2, 1, 3))  # (B, rows, H, D)
+    joined = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+    return joined.transpose(0, 2, 1, 3)
 
 
 def folded_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:

@@ -183,12 +183,7 @@ class Attention(nn.Module):
         block_starts = [start + c.shape[1] for start, c in zip(starts, contexts, strict=True)]
         offset = block_starts[0] if B == 1 else mx.array(block_starts)
         queries = rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=offset)
-        keys = rope(self.k_norm(self.heads(self.k_proj(x), self.n_kv_heads)), offset=offset)
-        values = self.heads(self.v_proj(x), self.n_kv_heads)
-        fetched = [
-            self.fetch(keys[b : b + 1], values[b : b + 1], contexts[b], rope, caches[b])
-            for b in range(B)
-        ]
+        fetched = [self.fetch(x[b : b + 1], contexts[b], rope, caches[b]) for b in range(B)]
         if B == 1:
             keys, values, mask = fetched[0]
         else:
@@ -206,17 +201,19 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
     def fetch(
-        self, keys: mx.array, values: mx.array, context: mx.array, rope: nn.Module, cache: KVCache
+        self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache
     ) -> tuple[mx.array, mx.array, mx.array | None]:
         """One request: write [new context; block] into its cache, read [context; block]
-        back, and trim the block off again: only the context stays cached."""
-        L = keys.shape[2]
+        back, and trim the block off again: only the context stays cached.
+
+        x: the request's (1, L, H) block rows. The new context rows and the block rows
+        sit at consecutive positions, so one projection, norm and RoPE serve both (each
+        row's keys are the same as projected apart; a round launches fewer kernels)."""
+        L = x.shape[1]
         start = cache.offset
-        if context.shape[1] > 0:
-            context_keys = self.k_norm(self.heads(self.k_proj(context), self.n_kv_heads))
-            context_values = self.heads(self.v_proj(context), self.n_kv_heads)
-            keys = mx.concatenate([rope(context_keys, offset=start), keys], axis=2)
-            values = mx.concatenate([context_values, values], axis=2)
+        rows = mx.concatenate([context, x], axis=1) if context.shape[1] > 0 else x
+        keys = rope(self.k_norm(self.heads(self.k_proj(rows), self.n_kv_heads)), offset=start)
+        values = self.heads(self.v_proj(rows), self.n_kv_heads)
         keys, values = cache.update_and_fetch(keys, values)
         mask = None
         if isinstance(cache, StableKVCache) and cache.full_buffer:
