@@ -207,8 +207,11 @@ class Attention(nn.Module):
         back, and trim the block off again: only the context stays cached.
 
         x: the request's (1, L, H) block rows. The new context rows and the block rows
-        sit at consecutive positions, so one projection, norm and RoPE serve both (each
-        row's keys are the same as projected apart; a round launches fewer kernels)."""
+        sit at consecutive positions, so one projection, norm and RoPE serve both: the
+        same math as projecting them apart, with 5 fewer kernels a layer (a launch-bound
+        GPU pays per kernel: docs/benchmark_results/h200-fewer-kernels.md). Where the
+        joined rows pass rowwise.MAX_ROWS (a first round, after the prompt) the product
+        may round differently; that moves a draft at most, never a served token."""
         L = x.shape[1]
         start = cache.offset
         rows = mx.concatenate([context, x], axis=1) if context.shape[1] > 0 else x
