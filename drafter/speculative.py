@@ -194,6 +194,12 @@ class Session:
         if self.engine.reserve_kv:  # after `remember`, which copies the cache as it is
             reserve(self.cache + self.draft_cache, len(prompt), max_tokens + self.width)
         self.context = everything
+        if self.drafter is not None and everything is not None:
+            # The prompt's context rows are projected here, with the prompt, not in
+            # the first round (drafter/dflash.py: DFlashDrafter.ingest).
+            self.drafter.ingest(self.take_context(), self.draft_cache)
+            mx.async_eval([c.state for c in self.draft_cache])
+            self.context = everything[:, :0]
         logprobs = token_logprobs(logits, self.counts, self.params)
         anchor = self.chooser.choose(logprobs).item()
         self.count([anchor])
@@ -300,7 +306,9 @@ class Session:
         self.count(tokens)
         if current.verified is not None:
             kept_features = current.verified[:, :kept]
-            parts = [kept_features] if self.context is None else [self.context, kept_features]
+            pending = self.context
+            has_rows = pending is not None and pending.shape[1] > 0
+            parts = [pending, kept_features] if has_rows else [kept_features]
             self.context = mx.concatenate(parts, axis=1) if len(parts) > 1 else kept_features
         assert current.rows is not None  # judge() chose them
         return tokens, current.rows[:kept]

@@ -20,8 +20,10 @@ same round was still 1.72x and 2.11x the median in two warmed processes
 (mlx/backend/cuda/device.cpp: graph_cache_), and instantiates a graph it has not
 seen, about a millisecond or more each. A round that straddles the threshold mixes
 one-pass and two-pass attention, a new sequence. The first round of a request is
-not like the rest either: the drafter then takes in the whole prompt's features,
-with other kernels, so every graph boundary after it falls elsewhere. So the warm-up
+not like the rest either: the drafter then takes in no new context rows (the prompt's
+went in at the prefill, DFlashDrafter.ingest), where a later round takes in the rows
+the last one kept, so its kernels differ and every graph boundary after them falls
+elsewhere. So the warm-up
 now runs requests until a round that is not its request's first has started at
 every cache length whose blocks straddle the threshold (`crossing_rows`).
 

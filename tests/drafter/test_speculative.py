@@ -38,6 +38,10 @@ class ForcedDrafter:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
+    def ingest(self, features: mx.array, cache: list) -> None:
+        self.inner.ingest(features, cache)
+        self.contexts.append(features)
+
     def draft_logits(self, anchor: int, features: mx.array, cache: list, width: int) -> mx.array:
         real = self.inner.draft_logits(anchor, features, cache, width)
         mx.eval(real)
@@ -362,3 +366,14 @@ def test_no_round_grows_a_kv_buffer_once_the_request_is_reserved(
         t.id for s in plain.classic_generate(prompt, 100, SamplingParams(), True) for t in s
     ]
     assert tokens == reference
+
+
+def test_prefill_puts_the_prompt_into_the_drafters_context(pair: Pair) -> None:
+    """The prompt's context rows are projected at the prefill, so the first round takes
+    in no new rows and costs what later rounds cost; the drafts are unchanged."""
+    engine = engine_for(pair, pair.drafter, 4)
+    session = Session(engine, SamplingParams(), GenerationStats(), ignore_eos=True)
+    steps = session.generate(PROMPT, TOKENS)
+    next(steps)  # the prefill's token
+    assert [c.offset for c in session.draft_cache] == [len(PROMPT)] * len(session.draft_cache)
+    assert session.take_context().shape[1] == 0
