@@ -454,8 +454,9 @@ class DFlashDrafter:
 
         The server calls it at the end of a prefill, so the prompt's context rows are
         projected there, with the prompt, and a request's first round drafts from the
-        same few new rows as every later one. Left to the first round, they made it
-        1.3-2.3x a round's median on an H200 (docs/benchmark_results/h200-warm-crossing.md)."""
+        same few new rows as every later one. Left to the first round, they made it a
+        median 1.33x (up to 2.17x) of a round's median on an H200
+        (docs/benchmark_results/cpu-first-round-ingest.md)."""
         self.model.ingest(features, cache)
 
     def draft_logits(

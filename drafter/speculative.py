@@ -197,9 +197,9 @@ class Session:
         if self.drafter is not None and everything is not None:
             # The prompt's context rows are projected here, with the prompt, not in
             # the first round (drafter/dflash.py: DFlashDrafter.ingest).
-            self.drafter.ingest(self.take_context(), self.draft_cache)
+            self.drafter.ingest(everything, self.draft_cache)
             mx.async_eval([c.state for c in self.draft_cache])
-            self.context = everything[:, :0]
+            self.context = everything[:, :0]  # nothing new for the first round
         logprobs = token_logprobs(logits, self.counts, self.params)
         anchor = self.chooser.choose(logprobs).item()
         self.count([anchor])
