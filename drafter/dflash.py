@@ -210,8 +210,9 @@ class Attention(nn.Module):
         sit at consecutive positions, so one projection, norm and RoPE serve both: the
         same math as projecting them apart, with 5 fewer kernels a layer (a launch-bound
         GPU pays per kernel: docs/benchmark_results/h200-fewer-kernels.md). Where the
-        joined rows pass rowwise.MAX_ROWS (a first round, after the prompt) the product
-        may round differently; that moves a draft at most, never a served token."""
+        joined rows pass rowwise.MAX_ROWS (wide blocks after a long accepted run) the
+        product may round differently; that moves a draft at most, never a served token.
+        A prompt's rows come in before the first round (`ingest`), not here."""
         L = x.shape[1]
         start = cache.offset
         rows = mx.concatenate([context, x], axis=1) if context.shape[1] > 0 else x
