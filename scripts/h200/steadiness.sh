@@ -4,9 +4,10 @@
 # 20 prompt lengths x 512 tokens at width 8, the arms alternating: mlx-lm's growth
 # without warm-up (the control, as in h200-round-steadiness-heap), then as served.
 # Each process's JSON line lands in $OUT/steadiness.jsonl with `process` naming it;
-# the lines printed are each arm's rounds above 2x the median and the rounds that grew
-# a buffer. About 65 s a process. ARMS (comma-separated `--kv` values and flags) sets
-# the arms and their order, e.g. ARMS="reserved,grown --warm-up" for the other two cells.
+# the lines printed are each arm's rounds above 2x the median, the rounds that grew
+# a buffer, and its requests' first rounds against the median
+# (docs/benchmark_results/cpu-first-round-ingest.md). About 65 s a process. ARMS
+# (comma-separated `--kv` values and flags) sets the arms and their order, e.g. ARMS="reserved,grown --warm-up" for the other two cells.
 # TAG, if set, is appended to each line's `process` (e.g. the MLX variables a run set).
 . scripts/h200/setup.sh
 IFS=, read -r -a arms <<< "${ARMS:-grown,reserved --warm-up}"
@@ -23,7 +24,12 @@ for line in open(os.environ["OUT"] + "/steadiness.jsonl"):
     t, grew, keys = r["round_times_ms"], set(r["growth_rounds"]), r["round_keys"]
     med = statistics.median(t)
     slow = [(i, round(x, 1), i in grew, keys[i]) for i, x in enumerate(t) if x > 2 * med]
+    # a request's first round: where the cached rows do not grow by one block at most
+    firsts = [0] + [i for i in range(1, len(t)) if not 0 < keys[i] - keys[i - 1] <= r["width"]]
+    first = [t[i] / med for i in firsts]
     print(r["process"], "rounds", len(t), "median", round(med, 2), "warm_up_s", r["warm_up_s"],
           "unmet", r.get("warm_up_unmet"),
-          "| above 2x (index, ms, grew, key rows):", slow, "| growth rounds:", len(grew))
+          "| above 2x (index, ms, grew, key rows):", slow, "| growth rounds:", len(grew),
+          "| first rounds:", len(first), "median x", round(statistics.median(first), 2),
+          "above 1.5x", sum(x > 1.5 for x in first))
 PY
