@@ -7,7 +7,8 @@
 # the lines printed are each arm's rounds above 2x the median, the rounds that grew
 # a buffer, and its requests' first rounds against the median
 # (docs/benchmark_results/cpu-first-round-ingest.md). About 65 s a process. ARMS
-# (comma-separated `--kv` values and flags) sets the arms and their order, e.g. ARMS="reserved,grown --warm-up" for the other two cells.
+# (comma-separated `--kv` values and flags) sets the arms and their order, e.g.
+# ARMS="reserved,grown --warm-up" for the other two cells.
 # TAG, if set, is appended to each line's `process` (e.g. the MLX variables a run set).
 . scripts/h200/setup.sh
 IFS=, read -r -a arms <<< "${ARMS:-grown,reserved --warm-up}"
