@@ -305,11 +305,11 @@ class Session:
             self.mark("rollback", [c.state for c in self.cache])
         self.count(tokens)
         if current.verified is not None:
-            kept_features = current.verified[:, :kept]
-            pending = self.context
-            has_rows = pending is not None and pending.shape[1] > 0
-            parts = [pending, kept_features] if has_rows else [kept_features]
-            self.context = mx.concatenate(parts, axis=1) if len(parts) > 1 else kept_features
+            features = current.verified[:, :kept]
+            earlier = self.context  # None, or what width-1 rounds left (empty after ingest)
+            if earlier is not None and earlier.shape[1] > 0:
+                features = mx.concatenate([earlier, features], axis=1)
+            self.context = features
         assert current.rows is not None  # judge() chose them
         return tokens, current.rows[:kept]
 
