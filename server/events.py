@@ -63,6 +63,7 @@ class Usage:
         total.rounds += stats.rounds
         total.drafted += stats.drafted
         total.accepted += stats.accepted
+        total.decode_s += stats.decode_s
         for position, count in enumerate(stats.accepted_per_position):
             if position < len(total.accepted_per_position):
                 total.accepted_per_position[position] += count

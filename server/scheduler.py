@@ -170,7 +170,10 @@ class Scheduler:
             for state in {id(state): state for state, _ in members}.values():
                 self.end_failed(state, error)
             return
-        self.control.observe_step(choice.width, len(sequences), time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        self.control.observe_step(choice.width, len(sequences), seconds)
+        for _, running in members:
+            running.run.stats.decode_s += seconds
         emitted = 0
         for sequence in sequences:
             self.control.observe_round(choice.width, sequence.accepted)
