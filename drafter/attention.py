@@ -180,12 +180,10 @@ def chunked_attention(
     for a in range(0, rows, VECTOR_ROWS):
         b = min(a + VECTOR_ROWS, rows)
         end = total - rows + b
+        # The last chunk reads every key: no slice (each slice is one more graph node).
+        k, v = (keys, values) if end == total else (keys[..., :end, :], values[..., :end, :])
         out = mx.fast.scaled_dot_product_attention(
-            queries[:, :, a:b],
-            keys[..., :end, :],
-            values[..., :end, :],
-            scale=scale,
-            mask="causal" if b - a > 1 else None,
+            queries[:, :, a:b], k, v, scale=scale, mask="causal" if b - a > 1 else None
         )
         outs.append(out.transpose(0, 2, 1, 3))  # (B, rows, H, D)
     joined = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)

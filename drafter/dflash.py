@@ -44,7 +44,7 @@ from drafter.attention import (
     tail_mask,
 )
 from drafter.files import read_config, text_config, write_dir_atomically
-from drafter.rowwise import project, set_rowwise
+from drafter.rowwise import project, set_rowwise, transposed
 
 ARCHITECTURE = "DFlashDraftModel"
 DRAFT_VOCAB_FILE = "draft_vocab.json"
@@ -342,6 +342,7 @@ class RestrictedHead:
         self.vocab = vocab
         self.rowwise = False  # drafter/rowwise.py: batched one-row products
         self.weight = module.weight[self.ids]
+        self.operands = transposed(self.weight)  # drafter/rowwise.py: kept views
         self._columns: mx.array | None = None  # see `columns`
         self.quantized = getattr(module, "scales", None) is not None
         if self.quantized:
@@ -360,7 +361,7 @@ class RestrictedHead:
                 hidden, self.weight, self.scales, self.biases, transpose=True, **self.options
             )
         elif self.rowwise:
-            scores = project(hidden, self.weight)
+            scores = project(hidden, self.weight, self.operands)
         else:
             scores = hidden @ self.columns()
         logits = mx.full((*scores.shape[:-1], self.vocab), -mx.inf, dtype=scores.dtype)

@@ -42,17 +42,42 @@ import mlx.nn as nn
 MAX_ROWS = 16  # the widest verify block; prefill chunks keep the matrix kernels
 
 
-def project(x: mx.array, weight: mx.array) -> mx.array:
+def transposed(weight: mx.array) -> tuple[mx.array, mx.array]:
+    """The product's operands, `weight.T` (K, N) and `weight.T[None]` (1, K, N): views of
+    the weight, no copies."""
+    plain = weight.T
+    return plain, plain[None]
+
+
+def operands(module: nn.Module) -> tuple[mx.array, mx.array]:
+    """`transposed(module.weight)`, made on the module's first call and kept there.
+
+    Made per call, the two views are two more graph nodes for every product: a verify
+    forward of SmolLM2-135M makes 211 products, and each node costs host time on a
+    launch-bound GPU (the Python op, then its evaluation). Kept, they are arrays already
+    evaluated after the first forward. Not parameters (never saved or loaded);
+    `set_rowwise` drops them with the class."""
+    kept = module.__dict__.get("_operands")
+    if kept is None:
+        kept = module.__dict__["_operands"] = transposed(module["weight"])
+    return kept
+
+
+def project(
+    x: mx.array, weight: mx.array, kept: tuple[mx.array, mx.array] | None = None
+) -> mx.array:
     """x @ weight.T, as one gemv per row when x has 2 to MAX_ROWS rows.
 
-    x: (..., K); weight: (N, K). Each output row is the one-row product of its row."""
+    x: (..., K); weight: (N, K); kept: its `transposed` views, if the caller keeps them.
+    Each output row is the one-row product of its row."""
+    plain, batched = transposed(weight) if kept is None else kept
     *lead, k = x.shape
     rows = math.prod(lead)
     if not 1 < rows <= MAX_ROWS:
-        return x @ weight.T
+        return x @ plain
     # (rows, 1, K) with the length-one axis given stride 1: read as a transposed row.
     one_row_each = mx.as_strided(x, (rows, 1, k), (k, 1, 1))
-    out = one_row_each @ weight.T[None]
+    out = one_row_each @ batched
     return out.reshape(*lead, weight.shape[0])
 
 
@@ -60,14 +85,14 @@ class RowwiseLinear(nn.Linear):
     """nn.Linear (bias-free) whose multi-row calls are batched one-row products."""
 
     def __call__(self, x: mx.array) -> mx.array:
-        return project(x, self["weight"])
+        return project(x, self["weight"], operands(self))
 
 
 class RowwiseEmbedding(nn.Embedding):
     """nn.Embedding whose tied LM head (`as_linear`) runs rowwise."""
 
     def as_linear(self, x: mx.array) -> mx.array:
-        return project(x, self.weight)
+        return project(x, self["weight"], operands(self))
 
 
 SWAPS: dict[type, type] = {nn.Linear: RowwiseLinear, nn.Embedding: RowwiseEmbedding}
@@ -84,5 +109,6 @@ def set_rowwise(model: nn.Module, on: bool) -> int:
         if target is None or "bias" in module:
             continue
         module.__class__ = target
+        module.__dict__.pop("_operands", None)
         changed += 1
     return changed

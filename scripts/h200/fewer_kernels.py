@@ -17,31 +17,15 @@ argv: n (default 4), tokens (default 128)."""
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import drafter.attention as attention
 import drafter.dflash as dflash
-from drafter.loading import LoadOptions, load_engine
-from server.settings import ServeSettings
-from server.tooling.profile import profile_width
+from scripts.h200.ab import alternate, module_from, width8_engine
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 128
-PROMPT = "def quicksort(items):"
-
-
-def module_from(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while defining
-    spec.loader.exec_module(module)
-    return module
-
 
 old_attention = module_from(Path("before/attention.py"), "before_attention")
 old_dflash = module_from(Path("before/dflash.py"), "before_dflash")
@@ -62,33 +46,4 @@ def use(arm: str) -> None:
     dflash.Attention.fetch = fetch  # type: ignore[method-assign]
 
 
-options = LoadOptions(
-    cache_dir=ServeSettings().cache_dir,
-    model=None,
-    draft_model=None,
-    draft_block_size="8",
-    exactness="off",
-    dtype="auto",
-    warm_up=False,
-    freeze_heap=True,
-)
-engine = load_engine(options).engine
-prompt = engine.tokenizer.encode(PROMPT)
-for arm in ("before", "after"):  # cold rounds of both, untimed
-    use(arm)
-    profile_width(engine, 8, prompt, 32, 1, 0)
-for i in range(N):
-    for arm in ("before", "after") if i % 2 == 0 else ("after", "before"):
-        use(arm)
-        p = profile_width(engine, 8, prompt, TOKENS, 2, 0)
-        row = {
-            "arm": arm,
-            "pass": i,
-            "round_ms": p.round_ms,
-            "draft_ms": p.draft_ms,
-            "verify_ms": p.verify_ms,
-            "step_ms": p.step_ms,
-            "acceptance_length": p.acceptance_length,
-            "stages_ms": p.stages_ms,
-        }
-        print(json.dumps(row), flush=True)
+alternate(width8_engine(), {arm: lambda arm=arm: use(arm) for arm in ARMS}, N, TOKENS)

@@ -8,7 +8,14 @@ import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten
 
-from drafter.rowwise import MAX_ROWS, RowwiseEmbedding, RowwiseLinear, project, set_rowwise
+from drafter.rowwise import (
+    MAX_ROWS,
+    RowwiseEmbedding,
+    RowwiseLinear,
+    operands,
+    project,
+    set_rowwise,
+)
 from tests.drafter.conftest import Pair
 
 K, N = 96, 40
@@ -55,6 +62,22 @@ def test_set_rowwise_swaps_bias_free_layers_and_back_without_touching_weights() 
     after = tree_flatten(model.parameters())
     assert [name for name, _ in after] == [name for name, _ in before]
     assert all(mx.array_equal(a, b).item() for (_, a), (_, b) in zip(after, before, strict=True))
+
+
+def test_a_rowwise_layer_keeps_its_weight_views_until_swapped_back() -> None:
+    model = nn.Sequential(nn.Linear(K, N, bias=False))
+    set_rowwise(model, True)
+    (layer,) = model.layers
+    x = mx.random.normal((1, 5, K), key=mx.random.key(12))
+    first = layer(x)
+    kept = operands(layer)
+    assert kept is operands(layer)  # made once, on the first call
+    assert mx.array_equal(layer(x), first).item()
+    assert mx.array_equal(first, project(x, layer.weight)).item()  # views made per call
+    assert mx.array_equal(layer(x[:, :1]), x[:, :1] @ layer.weight.T).item()
+    assert "_operands" not in dict(layer)  # not a parameter
+    set_rowwise(model, False)
+    assert "_operands" not in layer.__dict__
 
 
 def test_the_engine_swaps_target_and_drafter_layers_with_its_setting(pair: Pair) -> None:

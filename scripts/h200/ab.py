@@ -1,0 +1,66 @@
+"""In-process A/B of round code on the H200: arms swap functions in one loaded engine.
+
+`before/` holds an older tree's modules (written with `git show REV:drafter/X.py`,
+kept out of git and carried with the call); `module_from` loads one under its own
+name. `alternate` runs `draftwise profile`'s width-8 measurement with the arms
+alternating (AB, BA, ...) for n passes and prints one JSON line per measurement."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from drafter.engine import Engine
+from drafter.loading import LoadOptions, load_engine
+from server.settings import ServeSettings
+from server.tooling.profile import profile_width
+
+PROMPT = "def quicksort(items):"
+
+
+def module_from(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while defining
+    spec.loader.exec_module(module)
+    return module
+
+
+def width8_engine() -> Engine:
+    options = LoadOptions(
+        cache_dir=ServeSettings().cache_dir,
+        draft_block_size="8",
+        exactness="off",
+        warm_up=False,
+        freeze_heap=True,
+    )
+    return load_engine(options).engine
+
+
+def alternate(engine: Engine, arms: dict[str, Callable[[], None]], n: int, tokens: int) -> None:
+    """Each arm's `use` swaps its code in; cold rounds of every arm first, untimed."""
+    prompt = engine.tokenizer.encode(PROMPT)
+    names = list(arms)
+    for name in names:
+        arms[name]()
+        profile_width(engine, 8, prompt, 32, 1, 0)
+    for i in range(n):
+        for name in names if i % 2 == 0 else names[::-1]:
+            arms[name]()
+            p = profile_width(engine, 8, prompt, tokens, 2, 0)
+            row = {
+                "arm": name,
+                "pass": i,
+                "round_ms": p.round_ms,
+                "draft_ms": p.draft_ms,
+                "verify_ms": p.verify_ms,
+                "step_ms": p.step_ms,
+                "acceptance_length": p.acceptance_length,
+                "stages_ms": p.stages_ms,
+            }
+            print(json.dumps(row), flush=True)
