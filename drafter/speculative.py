@@ -261,10 +261,6 @@ class Session:
                     anchor, self.take_context(), self.draft_cache, width
                 )
             drafts, draft_logprobs = self.draft(draft_logits)
-            # Start the draft now: the device drafts while the host builds the verify
-            # forward on top of it (async_eval waits for nothing; the round's one
-            # host sync stays the one after the verify).
-            mx.async_eval(drafts, *([] if draft_logprobs is None else [draft_logprobs]))
         ckpt = rollback.checkpoint(self.cache) if checkpoint else None
         return Round(anchor, width, drafts, draft_logprobs, ckpt)
 
