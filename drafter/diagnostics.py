@@ -46,3 +46,6 @@ class SpeculativeConfig(TypedDict):
     # crossing rows the warm-up left unmet (drafter/warmup.py: WarmUp); 0 as a rule
     warm_up_unmet: int | None
     prompt_cache_bytes: int
+    # a hit restores a multiple of this many prompt rows: 1 where hits are exact, else
+    # the prefill chunk (drafter/prompt_cache.py); None with the cache off
+    prompt_cache_step: int | None

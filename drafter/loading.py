@@ -18,13 +18,14 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm import load as mlx_lm_load
 
+from drafter.decoding import PREFILL_STEP
 from drafter.device import probe_device, quantization_of
 from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine
 from drafter.files import config_value, read_config
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
-from drafter.prompt_cache import PromptCache
+from drafter.prompt_cache import PROBE_TEXT, PromptCache, hits_are_exact
 from drafter.warmup import WarmUp, warm_up
 from policy import Device, Resolution, TableEntry, overrides_from, resolve_width
 
@@ -61,6 +62,7 @@ class LoadOptions:
     dtype: str = "auto"
     warm_up: bool = True
     prompt_cache_bytes: int | None = None  # None: a share of the machine's memory; 0: off
+    prompt_cache_hits: str = "exact"  # exact | any (drafter/prompt_cache.py)
     freeze_heap: bool = False  # a serving process: see freeze_heap()
 
 
@@ -110,6 +112,7 @@ class Loaded:
             warm_up_s=None if self.warmed is None else self.warmed.seconds,
             warm_up_unmet=None if self.warmed is None else self.warmed.unmet,
             prompt_cache_bytes=0 if cache is None else cache.max_bytes,
+            prompt_cache_step=None if cache is None else cache.step,
         )
         if self.probe is not None:
             config.update(self.probe.fields())
@@ -131,7 +134,12 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
     starts empty) and, in a serving process, the loaded heap is frozen (freeze_heap)."""
     max_bytes = options.prompt_cache_bytes
     size = default_prompt_cache_bytes() if max_bytes is None else max_bytes
-    engine.prompt_cache = PromptCache(size) if size > 0 else None
+    engine.prompt_cache = None
+    if size > 0:  # "exact": whole prefill chunks only where a hit would change output
+        anything = options.prompt_cache_hits == "any"
+        probe = engine.tokenizer.encode(PROBE_TEXT)
+        exact = anything or hits_are_exact(engine.model, engine.make_cache, probe)
+        engine.prompt_cache = PromptCache(size, 1 if exact else PREFILL_STEP)
     if options.freeze_heap:
         freeze_heap()
 

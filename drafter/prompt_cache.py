@@ -12,16 +12,28 @@ Entries are copied in and out (`copy.deepcopy`, as mlx-lm's own LRUPromptCache d
 so decoding never touches a stored state, and an entry is stored only once its prefill
 has finished: nothing half-written is ever looked up. Least recently used entries are
 evicted to stay within the byte budget.
+
+A hit must not change output. It does not wherever the target computes a prompt row
+the same whatever forward it is part of; on CPU in float32 it does (the tests). In
+bf16 on an H200 it does not: a row of a multi-row prefill and the same row fed on its
+own differ in rounding, and a greedy request served from a hit read differently from
+its cold run (6 of 12 held-out prompts, docs/benchmark_results/h200-served-split.md).
+So the loader checks at startup (`hits_are_exact`); where hits are not exact, a hit
+restores only whole PREFILL_STEP chunks. Every prefill starts at 0 or at a restored
+multiple of the step and runs whole steps, so those rows come out of the very
+forwards a cold prefill runs, and the rest is recomputed as the cold prefill does.
 """
 
 from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
@@ -51,10 +63,14 @@ def state_bytes(cache: list[Any], features: mx.array | None) -> int:
 
 
 class PromptCache:
-    """An LRU of prompt states within `max_bytes`; counts hits, misses, cached tokens."""
+    """An LRU of prompt states within `max_bytes`; counts hits, misses, cached tokens.
 
-    def __init__(self, max_bytes: int) -> None:
+    step: a hit restores a multiple of this many prompt rows: 1 (any prefix) where
+    hits are exact, else the prefill's chunk (see the module docstring)."""
+
+    def __init__(self, max_bytes: int, step: int = 1) -> None:
         self.max_bytes = max_bytes
+        self.step = step
         self.entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -70,6 +86,9 @@ class PromptCache:
         if features and entry.features is None:
             return 0
         shared = min(common_prefix(entry.tokens, prompt), len(prompt) - 1)
+        shared -= shared % self.step
+        if shared == 0:
+            return 0
         if shared < len(entry.tokens) and not can_trim_prompt_cache(entry.cache):
             return 0
         return shared
@@ -106,3 +125,35 @@ class PromptCache:
         self.entries[tokens] = Entry(tokens, copy.deepcopy(cache), features, nbytes)
         while self.nbytes > self.max_bytes:
             self.entries.popitem(last=False)
+
+
+PROBE_TEXT = (
+    "A prompt cache check: the rows of this text, prefilled whole and in two parts, "
+    "should come out the same. Any plain text of a few dozen tokens will do."
+)
+
+
+def hits_are_exact(
+    model: nn.Module, make_cache: Callable[[], list[Any]], prompt: list[int]
+) -> bool:
+    """Whether prefilling `prompt` in two parts gives the state one forward gives, bit
+    for bit: the last row's logits and every layer's cached state.
+
+    A hit is exactly that: the entry's rows came out of an earlier prefill of another
+    length, and the rest of the prompt goes through a forward of its own. Both splits
+    a hit makes are tried: all rows but the last (the same prompt again) and half (a
+    shared prefix)."""
+
+    def prefill(*parts: list[int]) -> list[mx.array]:
+        cache = make_cache()
+        for part in parts:
+            logits = model(mx.array(part)[None], cache=cache)[0, -1]
+        state = [a for _, a in tree_flatten([c.state for c in cache]) if isinstance(a, mx.array)]
+        return [logits, *state]
+
+    whole = prefill(prompt)
+    for split in (len(prompt) - 1, len(prompt) // 2):
+        parts = prefill(prompt[:split], prompt[split:])
+        if not all(mx.array_equal(a, b).item() for a, b in zip(whole, parts, strict=True)):
+            return False
+    return True

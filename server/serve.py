@@ -41,6 +41,7 @@ def load_options(
         exactness=settings.exactness,
         dtype=settings.dtype,
         prompt_cache_bytes=settings.prompt_cache_bytes,
+        prompt_cache_hits=settings.prompt_cache_hits,
         freeze_heap=True,
     )
 

@@ -196,7 +196,16 @@ class ServeSettings(BaseSettings):
         ge=0,
     )
 
-    @field_validator("log_level", "exactness", "dtype", mode="before")
+    prompt_cache_hits: Literal["exact", "any"] = setting(
+        "exact",
+        scope="worker",
+        help="exact: a hit restores only prompt rows that come out as a cold prefill computes "
+        "them, checked at startup (where they do not, e.g. bf16 on a GPU, whole 2048-token "
+        "prefill chunks only); any: every shared prefix, so a hit may change output in "
+        "rounding",
+    )
+
+    @field_validator("log_level", "exactness", "dtype", "prompt_cache_hits", mode="before")
     @classmethod
     def _lowercase(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value

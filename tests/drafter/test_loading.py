@@ -44,3 +44,21 @@ def test_a_frozen_load_keeps_the_models_out_of_full_collections(
     for loaded in (engine.model, engine.drafter, engine.tokenizer):
         assert walked_by_full_collection(loaded) is not freeze
     assert (gc.get_freeze_count() > frozen_before) is freeze
+
+
+def test_a_load_checks_its_prompt_cache_hits_and_reports_their_step(tmp_path: Path) -> None:
+    """A float32 target on this CPU computes a prompt row the same in any forward, so
+    its hits take any shared prefix (step 1); the step goes into dflash.config."""
+    target = write_tiny_model(tmp_path / "target", "qwen3")
+    options = LoadOptions(
+        cache_dir=tmp_path / "cache",
+        model=str(target),
+        draft_model="none",
+        prompt_cache_bytes=1 << 20,
+    )
+    loaded = load_engine(options)
+    assert loaded.engine.prompt_cache is not None
+    assert loaded.engine.prompt_cache.step == 1
+    assert loaded.speculative_config()["prompt_cache_step"] == 1
+    off = load_engine(LoadOptions(tmp_path / "cache", str(target), "none", prompt_cache_bytes=0))
+    assert off.speculative_config()["prompt_cache_step"] is None

@@ -1,15 +1,20 @@
 """The prompt cache (drafter/prompt_cache.py): a hit gives the output a miss gives, for
-classic and speculative decode, on a plain KV target and a Gated DeltaNet hybrid."""
+classic and speculative decode, on a plain KV target and a Gated DeltaNet hybrid; where
+a hit of any prefix would not (`hits_are_exact`), by restoring whole prefill chunks."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import mlx.core as mx
+import mlx.nn as nn
 import pytest
+from mlx_lm.models.cache import KVCache
 
+from drafter.attention import make_cache
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
-from drafter.prompt_cache import PromptCache
+from drafter.prompt_cache import PROBE_TEXT, PromptCache, hits_are_exact
 from drafter.sampling import SamplingParams
 from tests.drafter.conftest import ARCHITECTURES, load_pair
 from tests.drafter.conftest import Pair as Target
@@ -27,7 +32,7 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return load_pair(root, request.param, target_seed=4, drafter_seed=5)
 
 
-def engine(target: Target, speculative: bool, cache_bytes: int | None) -> Engine:
+def engine(target: Target, speculative: bool, cache_bytes: int | None, step: int = 1) -> Engine:
     engine = Engine(
         target.model,
         target.tokenizer,
@@ -36,7 +41,7 @@ def engine(target: Target, speculative: bool, cache_bytes: int | None) -> Engine
         drafter=target.drafter if speculative else None,
         block_size=4 if speculative else None,
     )
-    engine.prompt_cache = None if cache_bytes is None else PromptCache(cache_bytes)
+    engine.prompt_cache = None if cache_bytes is None else PromptCache(cache_bytes, step)
     return engine
 
 
@@ -159,3 +164,45 @@ def test_a_prefill_interrupted_between_chunks_stores_nothing(
     monkeypatch.setattr(type(target.model), "__call__", real_call)
     assert calls["n"] == 2 and not stored(cached).entries
     assert run(cached, TURN_1) == run(engine(target, speculative, None), TURN_1)
+
+
+class ForwardMean(nn.Module):
+    """A one-layer model whose rows each add the mean of their forward's rows: its
+    cached state depends on how a prompt is split into forwards, as a GPU's bf16
+    rounding does (docs/benchmark_results/h200-served-split.md)."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 8)
+
+    def __call__(self, tokens: mx.array, cache: list[KVCache]) -> mx.array:
+        x = self.embed(tokens)
+        x = x + x.mean(axis=1, keepdims=True)
+        cache[0].update_and_fetch(x[:, None], x[:, None])
+        return self.embed.as_linear(x)
+
+
+def test_hits_are_exact_where_two_part_prefills_equal_one_forward(target: Target) -> None:
+    prompt = target.tokenizer.encode(PROBE_TEXT)
+    model = target.model
+    assert hits_are_exact(model, lambda: make_cache(model, "exact"), prompt)
+    mean = ForwardMean(vocab=257)
+    assert not hits_are_exact(mean, lambda: [KVCache()], prompt)
+
+
+def test_a_cache_of_whole_chunks_restores_whole_chunks_and_changes_no_output(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the prefill chunk cut to 16 rows, a hit restores a multiple of 16 rows: rows
+    a cold prefill computes by the same forwards."""
+    import drafter.decoding
+
+    monkeypatch.setattr(drafter.decoding, "PREFILL_STEP", 16)
+    cached = engine(target, False, 1 << 30, step=16)
+    run(cached, TURN_1)
+    stats = GenerationStats()
+    hit = run(cached, TURN_2, stats)
+    whole = len(TURN_1) - len(TURN_1) % 16
+    trimmable = target.arch == "qwen3" or whole == len(TURN_1)
+    assert stats.cached_tokens == (whole if trimmable else 0)
+    assert hit == run(engine(target, False, None), TURN_2)

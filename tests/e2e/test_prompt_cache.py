@@ -1,11 +1,37 @@
-"""The prompt cache through the real server: a later chat turn reports its cached
-tokens, answers as an uncached server does, and the cache shows in metrics and settings."""
+"""The prompt cache through the real server: by default a hit restores only rows the
+startup check proved exact; with `--prompt-cache-hits any` a later chat turn reports its
+cached tokens; the cache shows in metrics and settings."""
 
 from __future__ import annotations
 
-import httpx
+from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
+import pytest
+
+from tests.e2e.conftest import API_KEY, auth
+from tests.e2e.serverproc import ServerProcess, clean_environ
 from tests.e2e.test_completions import NO_EOS
+
+
+@pytest.fixture(scope="module")
+def any_prefix(
+    tiny_model: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[httpx.Client]:
+    """A server whose hits take every shared prefix."""
+    process = ServerProcess.on_free_port(
+        ["--model", str(tiny_model), "--prompt-cache-hits", "any"],
+        clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), LLAMA_API_KEY=API_KEY),
+        tmp_path_factory.mktemp("any-prefix") / "server.log",
+        API_KEY,
+    )
+    with (
+        process.running() as ready,
+        httpx.Client(base_url=ready.base_url, headers=auth(), timeout=30.0) as client,
+    ):
+        yield client
+
 
 TURN_1 = [{"role": "user", "content": "Name three prime numbers, please."}]
 
@@ -17,7 +43,26 @@ def chat(http: httpx.Client, messages: list[dict[str, str]]) -> dict:
     return response.json()
 
 
-def test_a_second_chat_turn_reports_the_first_turns_prompt_as_cached(http: httpx.Client) -> None:
+def test_by_default_a_repeated_prompt_hits_only_where_the_startup_check_allows(
+    http: httpx.Client,
+) -> None:
+    """The default server reports the step its check chose; a short prompt sent twice is
+    a hit of all but its last token at step 1 and a miss at 2048, and answers the same."""
+    step = http.get("/health").json()["speculative"]["prompt_cache_step"]
+    assert step in (1, 2048)
+    body = {"prompt": "Twice the same, with the default hits.", "max_tokens": 6, "temperature": 0}
+    first = http.post("/v1/completions", json=body).json()
+    again = http.post("/v1/completions", json=body).json()
+    usage = again["usage"]
+    expected = usage["prompt_tokens"] - 1 if step == 1 else 0
+    assert usage["prompt_tokens_details"]["cached_tokens"] == expected
+    assert again["choices"][0]["text"] == first["choices"][0]["text"]
+
+
+def test_a_second_chat_turn_reports_the_first_turns_prompt_as_cached(
+    any_prefix: httpx.Client,
+) -> None:
+    http = any_prefix
     first = chat(http, TURN_1)
     answer = first["choices"][0]["message"]["content"]
     turn_2 = [
@@ -30,14 +75,16 @@ def test_a_second_chat_turn_reports_the_first_turns_prompt_as_cached(http: httpx
     assert first["usage"]["prompt_tokens"] - 1 <= cached < second["usage"]["prompt_tokens"]
 
 
-def test_completions_report_cached_tokens_too(http: httpx.Client) -> None:
+def test_completions_report_cached_tokens_too(any_prefix: httpx.Client) -> None:
+    http = any_prefix
     body = {"prompt": "The same long prompt, twice over.", "max_tokens": 2, "temperature": 0}
     http.post("/v1/completions", json=body)
     usage = http.post("/v1/completions", json=body).json()["usage"]
     assert usage["prompt_tokens_details"]["cached_tokens"] == usage["prompt_tokens"] - 1
 
 
-def test_the_cache_is_counted_in_metrics(http: httpx.Client) -> None:
+def test_the_cache_is_counted_in_metrics(any_prefix: httpx.Client) -> None:
+    http = any_prefix
     http.post("/v1/completions", json={"prompt": "metrics metrics", "max_tokens": 1})
     http.post("/v1/completions", json={"prompt": "metrics metrics", "max_tokens": 1})
     text = http.get("/metrics").text

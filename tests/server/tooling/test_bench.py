@@ -230,6 +230,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
         "warm_up_s": None,
         "warm_up_unmet": None,
         "prompt_cache_bytes": 0,
+        "prompt_cache_step": None,
     }
     assert speculative_config({"status": "ok", "speculative": block}) == block
     with pytest.raises(BenchError, match="no valid 'speculative' block"):
