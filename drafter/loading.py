@@ -137,8 +137,8 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
     engine.prompt_cache = None
     if size > 0:  # "exact": whole prefill chunks only where a hit would change output
         anything = options.prompt_cache_hits == "any"
-        probe = engine.tokenizer.encode(PROBE_TEXT)
-        exact = anything or hits_are_exact(engine.model, engine.make_cache, probe)
+        text = engine.tokenizer.encode(PROBE_TEXT)
+        exact = anything or hits_are_exact(engine.model, engine.make_cache, text)
         engine.prompt_cache = PromptCache(size, 1 if exact else PREFILL_STEP)
     if options.freeze_heap:
         freeze_heap()

@@ -14,10 +14,11 @@ has finished: nothing half-written is ever looked up. Least recently used entrie
 evicted to stay within the byte budget.
 
 A hit must not change output. It does not wherever the target computes a prompt row
-the same whatever forward it is part of; on CPU in float32 it does (the tests). In
-bf16 on an H200 it does not: a row of a multi-row prefill and the same row fed on its
-own differ in rounding, and a greedy request served from a hit read differently from
-its cold run (6 of 12 held-out prompts, docs/benchmark_results/h200-served-split.md).
+the same whatever forward it is part of, as MLX's own CPU kernels do in float32 (the
+tests). In bf16 on an H200 it does not: a row of a multi-row prefill and the same row
+fed on its own differ in rounding, and a greedy request served from a hit read
+differently from its cold run (6 of 12 held-out prompts,
+docs/benchmark_results/h200-served-split.md); nor in float32 with OpenBLAS.
 So the loader checks at startup (`hits_are_exact`); where hits are not exact, a hit
 restores only whole PREFILL_STEP chunks. Every prefill starts at 0 or at a restored
 multiple of the step and runs whole steps, so those rows come out of the very
