@@ -18,11 +18,13 @@ argv: n (default 4), tokens (default 128)."""
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
+
+from ab import alternate, module_from, width8_engine
 
 import drafter.attention as attention
 import drafter.dflash as dflash
-from scripts.h200.ab import alternate, module_from, width8_engine
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 128
@@ -46,4 +48,4 @@ def use(arm: str) -> None:
     dflash.Attention.fetch = fetch  # type: ignore[method-assign]
 
 
-alternate(width8_engine(), {arm: lambda arm=arm: use(arm) for arm in ARMS}, N, TOKENS)
+alternate(width8_engine(), {arm: partial(use, arm) for arm in ARMS}, N, TOKENS)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ab import alternate, module_from, width8_engine
+
 import drafter.attention as attention
 import drafter.rowwise as rowwise
-from scripts.h200.ab import alternate, module_from, width8_engine
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 128
