@@ -39,6 +39,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from drafter.acceptance import common_prefix
+from drafter.decoding import prefill
 
 
 @dataclass
@@ -145,16 +146,16 @@ def hits_are_exact(
     a hit makes are tried: all rows but the last (the same prompt again) and half (a
     shared prefix)."""
 
-    def prefill(*parts: list[int]) -> list[mx.array]:
+    def state_after(*parts: list[int]) -> list[mx.array]:
         cache = make_cache()
         for part in parts:
-            logits = model(mx.array(part)[None], cache=cache)[0, -1]
+            logits = prefill(model, part, cache)
         state = [a for _, a in tree_flatten([c.state for c in cache]) if isinstance(a, mx.array)]
         return [logits, *state]
 
-    whole = prefill(prompt)
+    whole = state_after(prompt)
     for split in (len(prompt) - 1, len(prompt) // 2):
-        parts = prefill(prompt[:split], prompt[split:])
+        parts = state_after(prompt[:split], prompt[split:])
         if not all(mx.array_equal(a, b).item() for a, b in zip(whole, parts, strict=True)):
             return False
     return True

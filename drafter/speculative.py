@@ -193,7 +193,6 @@ class Session:
         self.engine.remember(prompt, self.cache, everything)
         if self.engine.reserve_kv:  # after `remember`, which copies the cache as it is
             reserve(self.cache + self.draft_cache, len(prompt), max_tokens + self.width)
-        self.context = everything
         if self.drafter is not None and everything is not None:
             # The prompt's context rows are projected here, with the prompt, not in
             # the first round (drafter/dflash.py: DFlashDrafter.ingest).

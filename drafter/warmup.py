@@ -23,9 +23,9 @@ one-pass and two-pass attention, a new sequence. The first round of a request is
 not like the rest either: the drafter then takes in no new context rows (the prompt's
 went in at the prefill, DFlashDrafter.ingest), where a later round takes in the rows
 the last one kept, so its kernels differ and every graph boundary after them falls
-elsewhere. So the warm-up
-now runs requests until a round that is not its request's first has started at
-every cache length whose blocks straddle the threshold (`crossing_rows`).
+elsewhere. So the warm-up now runs requests until a round that is not its request's
+first has started at every cache length whose blocks straddle the threshold
+(`crossing_rows`).
 
 The warm-up leaves the prompt cache as it found it: its requests are not a
 client's, and a cached warm-up prefix would change how a later prompt is

@@ -15,17 +15,22 @@ from tests.e2e.serverproc import ServerProcess, clean_environ
 API_KEY = "sk-test-draftwise"
 
 
+def tiny_server(tiny_model: Path, model_cache: Path, log: Path, *args: str) -> ServerProcess:
+    """A server of the tiny model, keyed, with `args` added to its command line."""
+    return ServerProcess.on_free_port(
+        ["--model", str(tiny_model), *args],
+        clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), LLAMA_API_KEY=API_KEY),
+        log,
+        API_KEY,
+    )
+
+
 @pytest.fixture(scope="session")
 def server(
     tiny_model: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    process = ServerProcess.on_free_port(
-        ["--model", str(tiny_model)],
-        clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), LLAMA_API_KEY=API_KEY),
-        tmp_path_factory.mktemp("server") / "server.log",
-        API_KEY,
-    )
-    with process.running() as ready:
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with tiny_server(tiny_model, model_cache, log).running() as ready:
         yield ready
 
 
@@ -39,9 +44,14 @@ def auth(key: str = API_KEY) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+def http_client(server: ServerProcess) -> httpx.Client:
+    """An httpx client of `server`, with the key."""
+    return httpx.Client(base_url=server.base_url, headers=auth(), timeout=30.0)
+
+
 @pytest.fixture
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.base_url, headers=auth(), timeout=30.0) as client:
+    with http_client(server) as client:
         yield client
 
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import API_KEY, auth
-from tests.e2e.serverproc import ServerProcess, clean_environ
+from tests.e2e.conftest import http_client, tiny_server
 from tests.e2e.test_completions import NO_EOS
 
 
@@ -20,16 +19,9 @@ def any_prefix(
     tiny_model: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[httpx.Client]:
     """A server whose hits take every shared prefix."""
-    process = ServerProcess.on_free_port(
-        ["--model", str(tiny_model), "--prompt-cache-hits", "any"],
-        clean_environ(DRAFTWISE_CACHE_DIR=str(model_cache), LLAMA_API_KEY=API_KEY),
-        tmp_path_factory.mktemp("any-prefix") / "server.log",
-        API_KEY,
-    )
-    with (
-        process.running() as ready,
-        httpx.Client(base_url=ready.base_url, headers=auth(), timeout=30.0) as client,
-    ):
+    log = tmp_path_factory.mktemp("any-prefix") / "server.log"
+    process = tiny_server(tiny_model, model_cache, log, "--prompt-cache-hits", "any")
+    with process.running() as ready, http_client(ready) as client:
         yield client
 
 
