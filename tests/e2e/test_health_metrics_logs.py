@@ -58,9 +58,11 @@ def test_startup_and_dflash_config_lines_are_json(server: ServerProcess) -> None
 def test_each_completion_logs_one_request_line(
     http: httpx.Client, server: ServerProcess, model_id: str
 ) -> None:
-    response = http.post(
-        "/v1/completions", json={"model": model_id, "prompt": "abc", "max_tokens": 2}
-    )
+    # greedy and past any EOS, so the request always takes a decode step after the
+    # prefill's token (sampled, it could stop at the first token and decode nothing)
+    body = {"model": model_id, "prompt": "abc", "max_tokens": 2}
+    body |= {"temperature": 0, "ignore_eos": True}
+    response = http.post("/v1/completions", json=body)
     request_id = response.json()["id"]
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -70,7 +72,7 @@ def test_each_completion_logs_one_request_line(
         time.sleep(0.05)
     (line,) = lines
     assert line["event"] == "request" and line["status"] == 200
-    assert line["prompt_tokens"] == 3 and line["completion_tokens"] <= 2
+    assert line["prompt_tokens"] == 3 and line["completion_tokens"] == 2
     assert line["latency_ms"] > 0
     # the worker's decode time: the steps after the prefill's token, within the request
     assert 0 < line["decode_ms"] < line["latency_ms"]
