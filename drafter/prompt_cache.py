@@ -18,7 +18,8 @@ the same whatever forward it is part of, as MLX's own CPU kernels do in float32 
 tests). In bf16 on an H200 it does not: a row of a multi-row prefill and the same row
 fed on its own differ in rounding, and a greedy request served from a hit read
 differently from its cold run (6 of 12 held-out prompts,
-docs/benchmark_results/h200-served-split.md); nor in float32 with OpenBLAS.
+docs/benchmark_results/h200-served-split.md); nor in float32 with MKL or OpenBLAS on an
+AMD EPYC.
 So the loader checks at startup (`hits_are_exact`); where hits are not exact, a hit
 restores only whole PREFILL_STEP chunks. Every prefill starts at 0 or at a restored
 multiple of the step and runs whole steps, so those rows come out of the very

@@ -11,15 +11,17 @@ linker bind MLX's BLAS calls to it instead. LD_PRELOAD is read only when a
 process starts, hence the re-exec, before MLX is imported.
 
 MKL runs with its strict conditional numerical reproducibility
-(`MKL_CBWR=AUTO,STRICT`): then a row's product has the same bits whatever the
-number of rows, so a verify row equals the classic step's and greedy
-speculation stays byte-identical to classic decode. On an Intel Xeon it also
-made the one-row forward faster than OpenBLAS and a 3- or 4-row verify cost
-1.07-1.16x a step instead of 1.20-1.29x
-(docs/benchmark_results/cpu-blas-mkl.md). An operator's own `MKL_CBWR` wins.
+(`MKL_CBWR=AUTO,STRICT`). On an Intel Xeon a row's product then has the same bits
+whatever the number of rows, so a verify row equals the classic step's; it also made
+the one-row forward faster than OpenBLAS and a 3- or 4-row verify cost 1.07-1.16x a
+step instead of 1.20-1.29x (docs/benchmark_results/cpu-blas-mkl.md). On an AMD EPYC
+MKL dispatches other kernels: rows differ in the last bits (max 7.8e-5 in float32
+logits, as OpenBLAS's do there, 6.3e-5), so the startup exactness probe decides, and it
+read `exact` (no divergence); MKL was still the faster BLAS there, classic and
+speculative (docs/benchmark_results/cpu-blas-amd.md). An operator's own `MKL_CBWR` wins.
 
-Setting: DRAFTWISE_BLAS=auto (default: MKL on Intel CPUs when installed, else
-OpenBLAS when installed, else the bundled BLAS), mkl, openblas, or bundled
+Setting: DRAFTWISE_BLAS=auto (default: MKL when installed, else OpenBLAS when
+installed, else the bundled BLAS), mkl, openblas, or bundled
 (keep the BLAS the MLX wheel ships). Naming one that is not installed is an error.
 """
 
@@ -93,24 +95,12 @@ def find_mkl(patterns: Sequence[str] = MKL_CANDIDATES) -> Path | None:
     return find_library(patterns)
 
 
-def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's vendor_id (GenuineIntel, AuthenticAMD, ...), or "" if unknown."""
-    try:
-        for line in Path(cpuinfo).read_text().splitlines():
-            if line.startswith("vendor_id"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
-def choose_blas(
-    mode: str, vendor: str, mkl: Path | None, openblas: Path | None
-) -> tuple[Blas | None, str]:
+def choose_blas(mode: str, mkl: Path | None, openblas: Path | None) -> tuple[Blas | None, str]:
     """(the BLAS to preload, or None to keep the bundled one; why). Pure.
 
-    auto takes MKL only on Intel CPUs, where it was measured faster; elsewhere
-    OpenBLAS. Naming a BLAS that is not installed raises BlasSettingError."""
+    auto takes MKL where it is installed (the `cpu` extra, x86-64 Linux): it was the
+    faster BLAS on both CPUs measured, an Intel Xeon and an AMD EPYC; else OpenBLAS.
+    Naming a BLAS that is not installed raises BlasSettingError."""
     found = {
         "mkl": None if mkl is None else Blas("mkl", mkl, MKL_SETTINGS),
         "openblas": None if openblas is None else Blas("openblas", openblas),
@@ -122,8 +112,8 @@ def choose_blas(
             hint = "pip install mkl" if mode == "mkl" else "apt-get install libopenblas0-pthread"
             raise BlasSettingError(f"{BLAS_ENV}={mode}: it is not installed ({hint})")
         return found[mode], f"{BLAS_ENV}={mode}"
-    if found["mkl"] is not None and vendor == "GenuineIntel":
-        return found["mkl"], "auto: MKL on an Intel CPU"
+    if found["mkl"] is not None:
+        return found["mkl"], "auto: MKL"
     if found["openblas"] is not None:
         return found["openblas"], "auto: OpenBLAS"
     return None, "auto: no MKL or OpenBLAS installed, keeping the BLAS bundled with MLX"
@@ -160,7 +150,7 @@ def plan_reexec(
 
 def host_blas(environ: Mapping[str, str]) -> tuple[Blas | None, str]:
     """choose_blas for this host and environ's DRAFTWISE_BLAS (BlasSettingError if bad)."""
-    return choose_blas(blas_mode(environ), cpu_vendor(), find_mkl(), find_openblas())
+    return choose_blas(blas_mode(environ), find_mkl(), find_openblas())
 
 
 def planned_environment(environ: Mapping[str, str]) -> tuple[dict[str, str] | None, str]:
