@@ -26,12 +26,13 @@ import time
 from typing import Any
 
 import mlx.core as mx
-import mlx.nn as nn
 from mlx_lm import load
-from mlx_lm.models.cache import make_prompt_cache
 
 from drafter.checkpoints.smollm2 import ensure_smollm2
 from drafter.cpu_blas import blas_in_use
+from drafter.decoding import prefill
+from drafter.engine import Engine
+from drafter.probe import classic_tokens, teacher_forced_logits
 
 ROWS = (1, 2, 3, 4, 8)
 TIMING_PROMPT = "def quicksort(items):\n    " * 8
@@ -44,34 +45,30 @@ EXACTNESS_PROMPTS = (
 EXACTNESS_WIDTHS = (2, 3, 4, 8)
 
 
-def prefilled(model: nn.Module, ids: list[int]) -> list[Any]:
-    cache = make_prompt_cache(model)
-    mx.eval(model(mx.array(ids)[None], cache=cache))
-    return cache
-
-
-def forward_ms(model: nn.Module, ids: list[int], repeats: int) -> dict[int, list[float]]:
+def forward_ms(engine: Engine, ids: list[int], repeats: int) -> dict[int, list[float]]:
     """Per row count, the time of a forward over that many new rows (rolled back each time)."""
     times: dict[int, list[float]] = {rows: [] for rows in ROWS}
     for repeat in range(repeats + 1):  # the first pass warms up and is dropped
         for rows in ROWS:
-            cache = prefilled(model, ids)
+            cache = engine.make_cache()
+            prefill(engine.model, ids, cache)
             x = mx.array([[5] * rows])
-            mx.eval(model(x, cache=cache))
+            mx.eval(engine.model(x, cache=cache))
             for layer in cache:
                 layer.trim(rows)
             began = time.perf_counter()
-            mx.eval(model(x, cache=cache))
+            mx.eval(engine.model(x, cache=cache))
             if repeat:
                 times[rows].append((time.perf_counter() - began) * 1000)
     return times
 
 
-def row_differences(model: nn.Module, ids: list[int], continuation: list[int]) -> dict[str, Any]:
-    """One w-row forward against w one-row forwards of the same tokens, from the same cache."""
-    together = model(mx.array(continuation)[None], cache=prefilled(model, ids))[0]
-    cache = prefilled(model, ids)
-    alone = mx.concatenate([model(mx.array([[t]]), cache=cache)[0] for t in continuation])
+def row_differences(engine: Engine, ids: list[int], width: int) -> dict[str, Any]:
+    """One w-row forward against w one-row forwards of the target's own greedy tokens,
+    from the same prefill (the exactness probe's kernel noise, drafter/probe.py)."""
+    greedy = classic_tokens(engine, ids, width + 1)
+    together = teacher_forced_logits(engine, ids, greedy, rows=width)
+    alone = teacher_forced_logits(engine, ids, greedy, rows=1)
     difference = mx.abs(together - alone).max().item()
     flips = (mx.argmax(together, axis=-1) != mx.argmax(alone, axis=-1)).sum().item()
     return {"max_abs_difference": difference, "argmax_flips": flips}
@@ -82,18 +79,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=11)
     args = parser.parse_args()
     model, tokenizer = load(str(ensure_smollm2(None, "float32")))
-    timing_ids = tokenizer.encode(TIMING_PROMPT)
-    times = forward_ms(model, timing_ids, args.repeats)
+    engine = Engine(model, tokenizer, model_id="smollm2", context_length=8192)
+    times = forward_ms(engine, tokenizer.encode(TIMING_PROMPT), args.repeats)
     cases = []
     for prompt in EXACTNESS_PROMPTS:
         ids = tokenizer.encode(prompt)
-        # the target's own greedy continuation, as a verify block would mostly hold
-        greedy = [int(mx.argmax(model(mx.array(ids)[None])[0, -1]).item())]
         for width in EXACTNESS_WIDTHS:
-            while len(greedy) < width:
-                logits = model(mx.array(ids + greedy)[None])[0, -1]
-                greedy.append(int(mx.argmax(logits).item()))
-            case = row_differences(model, ids, greedy[:width])
+            case = row_differences(engine, ids, width)
             cases.append({"prompt": prompt[:24], "width": width, **case})
     one_row = statistics.median(times[1])
     print(

@@ -107,7 +107,7 @@ def test_an_operators_own_mkl_cbwr_is_kept() -> None:
 
 def test_auto_reexecs_with_the_blas_this_host_has() -> None:
     child = run_child(clean_env())
-    kind = "mkl" if find_mkl() is not None else "openblas"
+    kind = "mkl" if MKL is not None else "openblas"
     why = "MKL" if kind == "mkl" else "OpenBLAS"
     assert child["reason"] == f"re-executed with {kind} (auto: {why}) preloaded"
     assert child["blas"].startswith(f"{kind} (")
