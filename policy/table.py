@@ -43,7 +43,8 @@ TABLE: tuple[TableEntry, ...] = (
             "against 4's 1.43x, both disjoint, h200-heldout12-w4-w8-blk8.md; its successor, "
             "the self-prose drafter: 8 at 1.64x, disjoint, h200-heldout12-w8-selfprose.md, "
             "and in a later sweep 8 at 1.58x, disjoint, against 4's 1.26x, overlapping "
-            "classic, h200-heldout12-w4-w8-selfprose.md)"
+            "classic, h200-heldout12-w4-w8-selfprose.md; run 6: 8 at 1.79x, disjoint, "
+            "h200-heldout12-w8-r6-cold.md)"
         ),
     ),
     TableEntry(
@@ -60,7 +61,10 @@ TABLE: tuple[TableEntry, ...] = (
             "its vector attention kernel changes, or the default drafter is retrained "
             "(block-8 drafter, 12 held-out prompts: 4 beat classic by 1.55x and 1.69x in "
             "two sweeps, its range above 3's (1.41x); 8 ran at 1.74x, overlapping 4, with "
-            "text that differs by rounding; 2 and 5-7 were not measured)"
+            "text that differs by rounding; 2 and 5-7 were not measured. Run 6, "
+            "h200-q4g32-heldout12-w4-w8-r6.md: 4 at 1.60x, 8 at 1.96x with its range above "
+            "4's, differing by rounding on 5 of 12 prompts: a second such sweep would move "
+            "it to 8)"
         ),
     ),
     TableEntry(
