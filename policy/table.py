@@ -87,7 +87,8 @@ TABLE: tuple[TableEntry, ...] = (
             "1.60x and 8 by 1.47x, 4's range above 8's, cpu-short22-selfprose-vs-shipped.md; "
             "on an AMD EPYC, where auto now takes MKL too, 4 at 1.45x and 1.38x and 3 at "
             "1.58x and 1.39x on the 24 held-out prompts, all disjoint above classic, 3 and 4 "
-            "overlapping, cpu-blas-amd.md)"
+            "overlapping, cpu-blas-amd.md; run 6 there, cpu-amd-heldout24-w3-w4-r6.md: 4 at "
+            "1.49x and 3 at 1.46x, both disjoint above classic, overlapping each other)"
         ),
     ),
     TableEntry(

@@ -1,0 +1,71 @@
+"""The prefill computes its LM head for the last row only, and what that leaves unchanged."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import make_prompt_cache
+
+from drafter.decoding import last_row_head, prefill
+from tests.drafter.conftest import Pair
+
+PROMPT = [5, 9, 3, 17, 2, 40, 8, 11, 6, 23, 4, 30]
+
+
+def test_within_last_row_head_a_forward_returns_only_the_last_rows_logits(pair: Pair) -> None:
+    tokens = mx.array(PROMPT)[None]
+    full = pair.model(tokens, cache=make_prompt_cache(pair.model))
+    with last_row_head(pair.model):
+        last = pair.model(tokens, cache=make_prompt_cache(pair.model))
+    assert full.shape[1] == len(PROMPT)
+    assert last.shape == (1, 1, full.shape[2])
+    np.testing.assert_allclose(np.array(last[0, 0]), np.array(full[0, -1]), rtol=1e-5, atol=1e-5)
+
+
+def test_the_norm_gets_its_class_back_even_when_the_forward_fails(pair: Pair) -> None:
+    norm = pair.model.model.norm
+    plain = type(norm)
+    try:
+        with last_row_head(pair.model):
+            assert type(norm) is not plain
+            raise RuntimeError("a forward failed")
+    except RuntimeError:
+        pass
+    assert type(norm) is plain
+    out = pair.model(mx.array(PROMPT)[None], cache=make_prompt_cache(pair.model))
+    assert out.shape[1] == len(PROMPT)
+
+
+def test_prefill_returns_the_same_logits_and_cache_as_a_whole_forward(pair: Pair) -> None:
+    cache = make_prompt_cache(pair.model)
+    logits = prefill(pair.model, PROMPT, cache)
+    reference_cache = make_prompt_cache(pair.model)
+    full = pair.model(mx.array(PROMPT)[None], cache=reference_cache)[0, -1]
+    np.testing.assert_allclose(np.array(logits), np.array(full), rtol=1e-5, atol=1e-5)
+    assert int(mx.argmax(logits)) == int(mx.argmax(full))
+    ours = tree_flatten([c.state for c in cache])
+    theirs = tree_flatten([c.state for c in reference_cache])
+    assert [name for name, _ in ours] == [name for name, _ in theirs]
+    for (_, a), (_, b) in zip(ours, theirs, strict=True):
+        assert (a is None and b is None) or mx.array_equal(a, b)
+
+
+class Bare(nn.Module):
+    """A model with no `model.norm`: last_row_head leaves it alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = nn.Linear(4, 6)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.head(x)
+
+
+def test_a_model_without_a_final_norm_keeps_its_full_head() -> None:
+    bare = Bare()
+    x = mx.ones((1, 5, 4))
+    with last_row_head(bare):
+        out = bare(x)
+    assert out.shape == (1, 5, 6)
