@@ -2,8 +2,9 @@
 # Build the H200 payload here: wheels for CPython 3.12 installed into site/, plus the
 # SmolLM2 GGUF, as one xz tar split into parts of 16 MB (.payload00/, .payload01/, ...),
 # one carried per device call: a call carries at most 64 MiB, and the tree itself is
-# about 49 MB (the default drafter and the records; with 19 MB parts it passed the limit). Keep them out of git: add `/.payload*/` to
-# .git/info/exclude. Usage: scripts/h200/payload.sh [workdir]
+# about 49 MB (the default drafter and the records; with 19 MB parts a call passed the
+# limit). Keep them out of git: add `/.payload*/` to .git/info/exclude.
+# Usage: scripts/h200/payload.sh [workdir]
 set -euo pipefail
 work=${1:-/tmp/draftwise-payload}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
