@@ -88,7 +88,10 @@ TABLE: tuple[TableEntry, ...] = (
             "on an AMD EPYC, where auto now takes MKL too, 4 at 1.45x and 1.38x and 3 at "
             "1.58x and 1.39x on the 24 held-out prompts, all disjoint above classic, 3 and 4 "
             "overlapping, cpu-blas-amd.md; run 6 there, cpu-amd-heldout24-w3-w4-r6.md: 4 at "
-            "1.49x and 3 at 1.46x, both disjoint above classic, overlapping each other)"
+            "1.49x and 3 at 1.46x, both disjoint above classic, overlapping each other; on "
+            "the 22 short prompts, cpu-amd-short22-w3-w4-r6.md, 3 at 1.32x, disjoint, and 4 "
+            "at 1.18x, overlapping classic, 3 and 4 overlapping: on AMD neither width is "
+            "separable)"
         ),
     ),
     TableEntry(
