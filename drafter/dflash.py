@@ -44,7 +44,6 @@ from drafter.attention import (
     tail_mask,
 )
 from drafter.files import read_config, text_config, write_dir_atomically
-from drafter.fused import DRAFTER_GROUPS, set_fused
 from drafter.rowwise import project, set_rowwise, transposed
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -445,15 +444,12 @@ class DFlashDrafter:
     def make_cache(self, attention: str = "exact") -> list[KVCache]:
         return self.model.make_cache(attention)
 
-    def set_linear(self, rowwise: bool, fused: bool) -> None:
+    def set_rowwise(self, on: bool) -> None:
         """Rowwise products for the drafter's layers and its restricted head (a full
-        head is the target's, which the engine swaps with the target), and its fused
-        siblings (drafter/fused.py: k and v read the same rows, gate and up too)."""
-        set_fused(self.model, False, DRAFTER_GROUPS)
-        set_rowwise(self.model, rowwise)
-        set_fused(self.model, fused, DRAFTER_GROUPS)
+        head is the target's, which the engine swaps with the target)."""
+        set_rowwise(self.model, on)
         if isinstance(self.head, RestrictedHead):
-            self.head.rowwise = rowwise
+            self.head.rowwise = on
 
     def ingest(self, features: mx.array, cache: list[KVCache]) -> None:
         """Take a prompt's features (1, S, n_taps * H) into the context now (lazy).

@@ -34,7 +34,6 @@ class SpeculativeConfig(TypedDict):
     quantization: str | None
     attention: str  # multi-row attention: exact, stable or vector (drafter/attention.py)
     rowwise_linear: bool  # multi-row products as batched one-row ones (drafter/rowwise.py)
-    fused_linear: bool  # q/k/v and gate/up as one product each (drafter/fused.py)
     # tokens the draft head scores: its checkpoint's draft vocabulary, else the whole
     # vocabulary; None without a drafter
     draft_head_tokens: int | None

@@ -28,7 +28,6 @@ from drafter.decoding import (
 )
 from drafter.device import on_cpu, on_cuda
 from drafter.diagnostics import ATTENTION_MODES
-from drafter.fused import TARGET_GROUPS, set_fused
 from drafter.prompt_cache import PromptCache
 from drafter.rowwise import set_rowwise
 from drafter.sampling import (
@@ -55,7 +54,6 @@ class Engine:
         block_size: int | None = None,
         attention: str | None = None,
         rowwise_linear: bool | None = None,
-        fused_linear: bool | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -65,14 +63,9 @@ class Engine:
         self.block_size = block_size
         # How multi-row queries attend (drafter/attention.py); None: choose_attention().
         self.attention = choose_attention() if attention is None else attention
-        # Multi-row linear layers as batched one-row products (drafter/rowwise.py), and
-        # sibling products (q/k/v, gate/up) as one stacked product (drafter/fused.py);
+        # Multi-row linear layers as batched one-row products (drafter/rowwise.py);
         # None: wherever it pays (CUDA).
-        self._rowwise = self._fused = False
-        self.set_linear(
-            on_cuda() if rowwise_linear is None else rowwise_linear,
-            on_cuda() if fused_linear is None else fused_linear,
-        )
+        self.rowwise_linear = on_cuda() if rowwise_linear is None else rowwise_linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
         # Size each request's KV buffers at its prefill (drafter/attention.py: reserve);
         # off: mlx-lm's growth by 256 rows mid-request (`draftwise profile --kv grown`).
@@ -100,31 +93,16 @@ class Engine:
 
     @rowwise_linear.setter
     def rowwise_linear(self, on: bool) -> None:
-        self.set_linear(on, self._fused)
-
-    @property
-    def fused_linear(self) -> bool:
-        return self._fused
-
-    @fused_linear.setter
-    def fused_linear(self, on: bool) -> None:
-        self.set_linear(self._rowwise, on)
-
-    def set_linear(self, rowwise: bool, fused: bool) -> None:
-        """Swap the target's and the drafter's linear layers: rowwise products
-        (drafter/rowwise.py) and fused siblings (drafter/fused.py). With neither on CPU,
-        the tied LM head multiplies by a contiguous (H, V) copy instead
-        (drafter/columns.py), where OpenBLAS multiplies in half to two thirds of the
-        time. Each swap changes only the plain classes, hence the order: unfuse, swap,
-        fuse again."""
-        set_fused(self.model, False, TARGET_GROUPS)
+        """Swap the target's and the drafter's linear layers (drafter/rowwise.py). Off
+        on CPU, the tied LM head multiplies by a contiguous (H, V) copy instead
+        (drafter/columns.py), where OpenBLAS multiplies in half to two thirds of the time. Each
+        swap changes only the plain classes, hence the order."""
         set_column_head(self.model, False)
-        set_rowwise(self.model, rowwise)
-        set_column_head(self.model, not rowwise and on_cpu())
-        set_fused(self.model, fused, TARGET_GROUPS)
+        set_rowwise(self.model, on)
+        set_column_head(self.model, not on and on_cpu())
         if self.drafter is not None:
-            self.drafter.set_linear(rowwise, fused)
-        self._rowwise, self._fused = rowwise, fused
+            self.drafter.set_rowwise(on)
+        self._rowwise = on
 
     def make_cache(self) -> list[Any]:
         return make_cache(self.model, self.attention)

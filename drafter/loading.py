@@ -107,7 +107,6 @@ class Loaded:
             quantization=self.quantization,
             attention=self.engine.attention,
             rowwise_linear=self.engine.rowwise_linear,
-            fused_linear=self.engine.fused_linear,
             draft_head_tokens=None if drafter is None else drafter.head_tokens,
             exactness=self.exactness,
             warm_up_s=None if self.warmed is None else self.warmed.seconds,

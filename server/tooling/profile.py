@@ -96,13 +96,6 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         "or auto (rowwise on CUDA)",
     )
     parser.add_argument(
-        "--fused",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="q/k/v and gate/up as one stacked product each (drafter/fused.py), in the "
-        "classic step and the round alike; auto: on CUDA",
-    )
-    parser.add_argument(
         "--heap",
         choices=("frozen", "collected"),
         default="frozen",
@@ -170,10 +163,7 @@ def run_profile(args: argparse.Namespace) -> int:
     rowwise = {"auto": None, "rowwise": True, "matrix": False}[args.linear]
     if rowwise is not None:
         loaded.engine.rowwise_linear = rowwise
-    if args.fused != "auto":
-        loaded.engine.fused_linear = args.fused == "on"
     linear = "rowwise" if loaded.engine.rowwise_linear else "matrix"
-    linear += " fused" if loaded.engine.fused_linear else ""
     loaded.engine.reserve_kv = args.kv == "reserved"
     # After the attention and linear choices, as the server warms what it will serve.
     warmed = warm_up(loaded.engine) if args.warm_up else None
