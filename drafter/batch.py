@@ -154,7 +154,7 @@ def queue_classic(session: Session, token: mx.array) -> Queued:
     current = Round(0, 1, mx.array([], dtype=mx.int32), None, ckpt)
     session.judge(current, logits, None)
     assert current.rows is not None and current.choices is not None
-    mx.async_eval(current.rows, current.choices)
+    mx.async_eval(current.choices, *(current.report or []))
     return Queued(ckpt, key, current.rows, current.choices)
 
 

@@ -35,7 +35,8 @@ from drafter.sampling import (
     TokenChooser,
     has_penalties,
     log_softmax,
-    token_logprobs,
+    reported,
+    token_scores,
 )
 from drafter.speculative import speculative_generate
 
@@ -174,21 +175,21 @@ class Engine:
         counts = mx.zeros((vocab,), dtype=mx.float32) if has_penalties(params) else None
 
         def step(logits: mx.array) -> tuple[mx.array, mx.array]:
-            logprobs = token_logprobs(logits, counts, params)
-            return chooser.choose(logprobs), logprobs
+            scores = token_scores(logits, counts, params)
+            return chooser.choose(scores), log_softmax(scores)
 
         logits = prefill(self.model, prompt[start:], cache)
         self.remember(prompt, cache, None)
         if self.reserve_kv:  # as a speculative request does
             reserve(cache, len(prompt), max_tokens)
         y, logprobs = step(logits)
-        mx.async_eval(y, logprobs)
+        mx.async_eval(y, *reported(logprobs, params))
         for n in range(max_tokens):
             if n + 1 < max_tokens:
                 if counts is not None:
                     counts = counts + one_hot(y, vocab)
                 next_y, next_logprobs = step(self.model(y.reshape(1, 1), cache=cache)[0, -1])
-                mx.async_eval(next_y, next_logprobs)
+                mx.async_eval(next_y, *reported(next_logprobs, params))
             token = y.item()
             yield [make_token(token, logprobs, params)]
             if token in eos:

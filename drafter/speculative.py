@@ -21,10 +21,11 @@ A round runs in three phases so that a batch can share the verify forward:
 rollback, count).
 
 A round costs one drafter forward, one target forward and, on the greedy
-path, one host sync: every row's log-probabilities and choice are one
-vectorised operation over the (B, V) logits, evaluated together with the
-drafts. `RoundTimer` (for `draftwise profile`) splits a round into stages by
-evaluating each stage's outputs as it ends.
+path, one host sync: every row's choice is one vectorised argmax over the
+(B, V) scores, evaluated together with the drafts (the rows' log-probabilities
+only when the request reports them: drafter/sampling.py). `RoundTimer` (for
+`draftwise profile`) splits a round into stages by evaluating each stage's
+outputs as it ends.
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ from drafter.sampling import (
     SamplingParams,
     TokenChooser,
     has_penalties,
+    log_softmax,
+    reported,
     sampling_logprobs,
     token_logprobs,
+    token_scores,
 )
 
 if TYPE_CHECKING:
@@ -100,8 +104,8 @@ class RoundTimer:
 @dataclass
 class Round:
     """One round in flight. drafts: the B-1 drafted ids (lazy); after `judge`, rows:
-    (B, V) reported logprobs, and choices (greedy) or target (sampled: the
-    distribution each row samples from)."""
+    (B, V) reported logprobs (lazy, evaluated only if `report`), and choices (greedy)
+    or target (sampled: the distribution each row samples from)."""
 
     anchor: int
     width: int
@@ -112,6 +116,7 @@ class Round:
     choices: mx.array | None = None
     target: mx.array | None = None
     verified: mx.array | None = None  # (1, B, F) tapped features of the verify rows
+    report: list[mx.array] | None = None  # the rows, when the request reports logprobs
 
     @property
     def tokens(self) -> mx.array:
@@ -122,7 +127,8 @@ class Round:
     def arrays(self) -> list[mx.array]:
         """What the round's one host sync evaluates."""
         arrays = [self.drafts, self.choices if self.choices is not None else self.target]
-        return arrays + ([] if self.draft_logprobs is None else [self.draft_logprobs])
+        arrays += [] if self.draft_logprobs is None else [self.draft_logprobs]
+        return arrays + (self.report or [])
 
 
 class Session:
@@ -199,10 +205,10 @@ class Session:
             self.drafter.ingest(everything, self.draft_cache)
             mx.async_eval([c.state for c in self.draft_cache])
             self.context = everything[:, :0]  # nothing new for the first round
-        logprobs = token_logprobs(logits, self.counts, self.params)
-        anchor = self.chooser.choose(logprobs).item()
+        scores = token_scores(logits, self.counts, self.params)
+        anchor = self.chooser.choose(scores).item()
         self.count([anchor])
-        return make_tokens([anchor], logprobs[None], self.params)
+        return make_tokens([anchor], log_softmax(scores)[None], self.params)
 
     def prefill(self, prompt: list[int], max_tokens: int) -> list[Token]:
         """The whole prefill at once; returns the first token."""
@@ -272,11 +278,13 @@ class Session:
     def judge(self, current: Round, logits: mx.array, verified: mx.array | None) -> None:
         """Choose for every verify row at once (lazy). logits: (B, V) for this request."""
         current.verified = verified
-        current.rows = self.row_logprobs(logits, current.drafts)  # row i as classic decode
+        scores = self.row_scores(logits, current.drafts)  # row i as classic decode
+        current.rows = log_softmax(scores)
+        current.report = reported(current.rows, self.params)
         if self.params.greedy:
-            current.choices = self.chooser.choose(current.rows)
+            current.choices = self.chooser.choose(scores)
         elif current.width == 1:
-            current.choices = self.chooser.choose(current.rows[0])[None]
+            current.choices = self.chooser.choose(scores[0])[None]
         else:
             current.target = sampling_logprobs(current.rows, self.params)
 
@@ -320,17 +328,17 @@ class Session:
         logprobs = sampling_logprobs(token_logprobs(logits, None, self.params), self.params)
         return mx.random.categorical(logprobs, key=self.chooser.next_key()), logprobs
 
-    def row_logprobs(self, logits: mx.array, drafts: mx.array) -> mx.array:
-        """Reported logprobs of every verify row at once, each as a classic decode step
-        after the same tokens: row i's penalty counts include drafts 1..i."""
+    def row_scores(self, logits: mx.array, drafts: mx.array) -> mx.array:
+        """The scores of every verify row at once, each as a classic decode step after
+        the same tokens: row i's penalty counts include drafts 1..i."""
         if self.counts is None:
-            return token_logprobs(logits, None, self.params)
+            return token_scores(logits, None, self.params)
         if drafts.size == 0:
-            return token_logprobs(logits, self.counts[None], self.params)
+            return token_scores(logits, self.counts[None], self.params)
         seen = mx.concatenate(
             [mx.zeros((1, self.vocab)), mx.cumsum(one_hots(drafts, self.vocab), 0)]
         )
-        return token_logprobs(logits, self.counts + seen, self.params)
+        return token_scores(logits, self.counts + seen, self.params)
 
     def count(self, tokens: list[int]) -> None:
         if self.counts is not None:

@@ -73,13 +73,13 @@ def test_a_choice_read_from_the_wrong_verify_row_is_a_defect(
 ) -> None:
     from drafter.speculative import Session
 
-    real = Session.row_logprobs
+    real = Session.row_scores
 
     def shifted(self: Session, logits: mx.array, drafts: mx.array) -> mx.array:
         rows = real(self, logits, drafts)
         return mx.concatenate([rows[1:], rows[-1:]])  # row i answers for row i + 1
 
-    monkeypatch.setattr(Session, "row_logprobs", shifted)
+    monkeypatch.setattr(Session, "row_scores", shifted)
     result = probe_exactness(engine(pair, 4), tokens=16)
     assert result.exactness == "differs"
 
