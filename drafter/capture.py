@@ -10,12 +10,25 @@ records its output, so an ordinary mlx-lm forward (llama, qwen3, qwen3_5,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
-_CAPTURING_CLASSES: dict[type, type] = {}
+Call = Callable[..., Any]
+_HOOKED: dict[tuple[str, type], type] = {}
+
+
+def hooked_class(cls: type, prefix: str, hook: Callable[[Call], Call]) -> type:
+    """The subclass of `cls` named prefix + its name whose `__call__` is
+    `hook(cls.__call__)`, made once per (prefix, class). Swapping a module's
+    `__class__` for it changes what the module does without copying mlx-lm's code;
+    its weights and `isinstance` checks stay. drafter/decoding.py hooks norms so."""
+    key = (prefix, cls)
+    if key not in _HOOKED:
+        _HOOKED[key] = type(f"{prefix}{cls.__name__}", (cls,), {"__call__": hook(cls.__call__)})
+    return _HOOKED[key]
 
 
 class Tap:
@@ -44,19 +57,21 @@ class Capture:
         return mx.concatenate(self.outputs, axis=-1)
 
 
+def recording(original: Call) -> Call:
+    """A layer call that also hands its output to the layer's taps."""
+
+    def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        output = original(self, *args, **kwargs)
+        tap = self._draftwise_tap
+        for index in tap.indices:
+            tap.capture.record(index, output[0] if isinstance(output, tuple) else output)
+        return output
+
+    return __call__
+
+
 def capturing_class(cls: type) -> type:
-    if cls not in _CAPTURING_CLASSES:
-        original = cls.__call__
-
-        def __call__(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            output = original(self, *args, **kwargs)
-            tap = self._draftwise_tap
-            for index in tap.indices:
-                tap.capture.record(index, output[0] if isinstance(output, tuple) else output)
-            return output
-
-        _CAPTURING_CLASSES[cls] = type(f"Captured{cls.__name__}", (cls,), {"__call__": __call__})
-    return _CAPTURING_CLASSES[cls]
+    return hooked_class(cls, "Captured", recording)
 
 
 def install(model: nn.Module, layer_ids: list[int]) -> Capture:
@@ -85,7 +100,7 @@ def installed(model: nn.Module, layer_ids: list[int]) -> Capture:
 
 def remove(model: nn.Module) -> None:
     """Restore the tapped layers' original classes."""
-    originals = {captured: cls for cls, captured in _CAPTURING_CLASSES.items()}
+    originals = {sub: cls for (prefix, cls), sub in _HOOKED.items() if prefix == "Captured"}
     for layer in model.layers:
         if type(layer) in originals:
             layer.__class__ = originals[type(layer)]

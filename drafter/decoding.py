@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 import mlx.core as mx
 import mlx.nn as nn
 
+from drafter.capture import Call, hooked_class
 from drafter.sampling import SamplingParams, top_alternatives
 
 PREFILL_STEP = 2048
@@ -41,6 +42,8 @@ class GenerationStats:
     # Wall time of the decode steps (rounds) that carried this request, prefill excluded:
     # the model worker's share of its latency (a batch's step counts for each member).
     decode_s: float = 0.0
+    # Wall time of its prefill chunks, the first token's choice included.
+    prefill_s: float = 0.0
 
     @property
     def acceptance_length(self) -> float:
@@ -90,19 +93,17 @@ def prefill_steps(
     return logits, features
 
 
-_LAST_ROW_CLASSES: dict[type, type] = {}
+def last_row_only(original: Call) -> Call:
+    """A norm call that normalises only its input's last row."""
+
+    def __call__(self: nn.Module, x: mx.array, *args: Any, **kwargs: Any) -> Any:
+        return original(self, x[..., -1:, :], *args, **kwargs)
+
+    return __call__
 
 
 def last_row_class(cls: type) -> type:
-    """A subclass of the norm class `cls` that normalises only its input's last row."""
-    if cls not in _LAST_ROW_CLASSES:
-        original = cls.__call__
-
-        def __call__(self: nn.Module, x: mx.array, *args: Any, **kwargs: Any) -> Any:
-            return original(self, x[..., -1:, :], *args, **kwargs)
-
-        _LAST_ROW_CLASSES[cls] = type(f"LastRow{cls.__name__}", (cls,), {"__call__": __call__})
-    return _LAST_ROW_CLASSES[cls]
+    return hooked_class(cls, "LastRow", last_row_only)
 
 
 @contextmanager

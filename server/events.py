@@ -64,6 +64,7 @@ class Usage:
         total.drafted += stats.drafted
         total.accepted += stats.accepted
         total.decode_s += stats.decode_s
+        total.prefill_s += stats.prefill_s
         for position, count in enumerate(stats.accepted_per_position):
             if position < len(total.accepted_per_position):
                 total.accepted_per_position[position] += count

@@ -144,7 +144,9 @@ class Scheduler:
                 if running.sequence.prefill is None:
                     continue
                 try:
+                    began = time.perf_counter()
                     first = self.decoder.advance_prefill(running.sequence)
+                    running.run.stats.prefill_s += time.perf_counter() - began
                     if first:
                         self.deliver(state, running)
                 except Exception as error:

@@ -200,8 +200,8 @@ class ServeSettings(BaseSettings):
         "exact",
         scope="worker",
         help="exact: a hit restores only prompt rows that come out as a cold prefill computes "
-        "them, checked at startup (where they do not, e.g. bf16 on a GPU, whole 2048-token "
-        "prefill chunks only); any: every shared prefix, so a hit may change output in "
+        "them, checked at startup (where they do not, e.g. bf16 on a GPU, whole prefill "
+        "chunks only); any: every shared prefix, so a hit may change output in "
         "rounding",
     )
 

@@ -2,7 +2,8 @@
 
 `before/` holds an older tree's modules (written with `git show REV:drafter/X.py`,
 kept out of git and carried with the call); `module_from` loads one under its own
-name. `alternate` runs `draftwise profile`'s width-8 measurement with the arms
+name. `alternate` runs `draftwise profile`'s measurement at one width (8 unless
+`width` says otherwise; the engine is loaded for 8, the widest) with the arms
 alternating (AB, BA, ...) for n passes and prints one JSON line per measurement."""
 
 from __future__ import annotations
@@ -42,19 +43,22 @@ def width8_engine() -> Engine:
     return load_engine(options).engine
 
 
-def alternate(engine: Engine, arms: dict[str, Callable[[], None]], n: int, tokens: int) -> None:
+def alternate(
+    engine: Engine, arms: dict[str, Callable[[], None]], n: int, tokens: int, width: int = 8
+) -> None:
     """Each arm's `use` swaps its code in; cold rounds of every arm first, untimed."""
     prompt = engine.tokenizer.encode(PROMPT)
     names = list(arms)
     for name in names:
         arms[name]()
-        profile_width(engine, 8, prompt, 32, 1, 0)
+        profile_width(engine, width, prompt, 32, 1, 0)
     for i in range(n):
         for name in names if i % 2 == 0 else names[::-1]:
             arms[name]()
-            p = profile_width(engine, 8, prompt, tokens, 2, 0)
+            p = profile_width(engine, width, prompt, tokens, 2, 0)
             row = {
                 "arm": name,
+                "width": width,
                 "pass": i,
                 "round_ms": p.round_ms,
                 "draft_ms": p.draft_ms,

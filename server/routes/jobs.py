@@ -160,6 +160,7 @@ async def job_events(
                 raise failure(event)
             if isinstance(event, Done):
                 record["completion_tokens"] = event.usage.completion_tokens
+                record["prefill_ms"] = round(event.usage.stats.prefill_s * 1000, 1)
                 record["decode_ms"] = round(event.usage.stats.decode_s * 1000, 1)
                 if event.usage.stats.rounds:
                     record["rounds"] = event.usage.stats.rounds

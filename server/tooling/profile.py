@@ -15,8 +15,11 @@ collector's full passes during the plain rounds are timed too: on a fast device 
 can cost more than a round, and so are the rounds in which a target or drafter KV
 buffer grew (`growth_rounds`): none as served, where each request's buffers are sized
 at its prefill; `--kv grown` leaves mlx-lm growing them by 256 rows mid-request, the
-control arm. `--warm-up` runs the server's startup warm-up first, to check steadiness
-as served. Output is a table, or with `--json` one JSON object per width.
+control arm. Each timed round also records the decoding thread's CPU time and its
+involuntary context switches (`round_cpu_ms`, `round_preempted`): a slow round with the
+usual CPU time and a switch was the host taking the thread away, not more work.
+`--warm-up` runs the server's startup warm-up first, to check steadiness as served.
+Output is a table, or with `--json` one JSON object per width.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import resource
 import statistics
 import sys
 import time
@@ -68,6 +72,10 @@ class WidthProfile:
     round_keys: list[int] = field(default_factory=list)  # per round_times_ms entry: the
     # target's cached rows after it, so a slow round can be placed (a request's start, or
     # a kernel's length threshold: MLX's CUDA vector attention takes two passes past 1,024)
+    round_cpu_ms: list[float] = field(default_factory=list)  # per round_times_ms entry: the
+    # decoding thread's CPU time in it (wall time well above it: the thread waited)
+    round_preempted: list[int] = field(default_factory=list)  # per entry: the decoding
+    # thread's involuntary context switches in it (the host took the CPU away)
 
 
 def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -200,6 +208,15 @@ class TimedRounds:
     grew: list[bool]  # whether a target or drafter KV buffer that had rows grew in it
     keys: list[int]  # the target's cached rows after it (its verify read up to width more)
     stats: GenerationStats
+    cpu: list[float] = field(default_factory=list)  # the thread's CPU seconds in it
+    preempted: list[int] = field(default_factory=list)  # its involuntary context switches
+
+
+def thread_counters() -> tuple[float, int]:
+    """The calling thread's CPU seconds and involuntary context switches so far (the
+    process's switches where the platform has no per-thread usage)."""
+    who = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)
+    return time.thread_time(), resource.getrusage(who).ru_nivcsw
 
 
 def timed_rounds(
@@ -219,15 +236,17 @@ def timed_rounds(
         return [0 if getattr(c, "keys", None) is None else c.keys.shape[2] for c in caches]
 
     result = TimedRounds([], [], [], stats)
-    last, rows = None, buffer_rows()
+    last, rows, counters = None, buffer_rows(), thread_counters()
     for _ in session.generate(prompt, tokens):
-        now = time.perf_counter()
+        now, now_counters = time.perf_counter(), thread_counters()
         after = buffer_rows()
         if last is not None:
             result.grew.append(any(0 < a < b for a, b in zip(rows, after, strict=False)))
             result.seconds.append(now - last)
             result.keys.append(session.cache[0].offset)
-        last, rows = now, after
+            result.cpu.append(now_counters[0] - counters[0])
+            result.preempted.append(now_counters[1] - counters[1])
+        last, rows, counters = now, after, now_counters
     return result
 
 
@@ -277,19 +296,21 @@ def profile_width(
         warm: list[float] = []
         grew: list[bool] = []
         keys: list[int] = []
+        cpu: list[float] = []
+        preempted: list[int] = []
         rounds, accepted_length = 0, 0.0
         for _ in range(repeats):
             timed = timed_rounds(engine, prompt, tokens, width)
             warm += timed.seconds
-            grew += timed.grew
-            keys += timed.keys
+            grew, keys = grew + timed.grew, keys + timed.keys
+            cpu, preempted = cpu + timed.cpu, preempted + timed.preempted
             rounds, accepted_length = timed.stats.rounds, timed.stats.acceptance_length
         steady = list(warm)  # plus rounds at other prompt lengths: for steadiness only
         for extra in prompt_lengths(prompt, requests):
             timed = timed_rounds(engine, extra, tokens, width)
             steady += timed.seconds
-            grew += timed.grew
-            keys += timed.keys
+            grew, keys = grew + timed.grew, keys + timed.keys
+            cpu, preempted = cpu + timed.cpu, preempted + timed.preempted
     timer = RoundTimer()
     for _ in range(repeats):
         timed_rounds(engine, prompt, tokens, width, timer)
@@ -318,6 +339,8 @@ def profile_width(
         full_collections_ms=full.ms,
         growth_rounds=[i for i, g in enumerate(grew) if g],
         round_keys=keys,
+        round_cpu_ms=[round(1000 * t, 3) for t in cpu],
+        round_preempted=preempted,
     )
 
 

@@ -74,5 +74,7 @@ def test_each_completion_logs_one_request_line(
     assert line["event"] == "request" and line["status"] == 200
     assert line["prompt_tokens"] == 3 and line["completion_tokens"] == 2
     assert line["latency_ms"] > 0
-    # the worker's decode time: the steps after the prefill's token, within the request
-    assert 0 < line["decode_ms"] < line["latency_ms"]
+    # the worker's prefill and decode times (the steps after the prefill's token), both
+    # within the request
+    assert line["prefill_ms"] > 0 and line["decode_ms"] > 0
+    assert line["prefill_ms"] + line["decode_ms"] < line["latency_ms"]

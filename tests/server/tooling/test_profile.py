@@ -47,6 +47,12 @@ def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path:
         keys = row["round_keys"]
         assert len(keys) == len(row["round_times_ms"]) > 0
         assert all(a < b for a, b in zip(keys, keys[1:], strict=False))
+        # and by its thread's CPU time (never above the round's wall time: one thread)
+        # and involuntary context switches
+        cpu, wall = row["round_cpu_ms"], row["round_times_ms"]
+        assert len(cpu) == len(row["round_preempted"]) == len(wall)
+        assert all(0 < c <= w + 0.5 for c, w in zip(cpu, wall, strict=True))
+        assert all(n >= 0 for n in row["round_preempted"])
 
 
 def test_profile_with_a_bad_blas_setting_stops_naming_it_before_loading_anything(
