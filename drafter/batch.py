@@ -35,7 +35,7 @@ from mlx_lm.models.cache import ArraysCache, KVCache
 
 from drafter import rollback
 from drafter.attention import StableKVCache, batch_key_length, right_padded, whole_steps
-from drafter.decoding import GenerationStats, Token, make_tokens
+from drafter.decoding import DraftScores, GenerationStats, Token, make_tokens
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 from drafter.speculative import Round, Session
@@ -304,16 +304,16 @@ class BatchDecoder:
         sessions = [sequence.session for sequence in sequences]
         anchors = [sequence.anchor for sequence in sequences if sequence.anchor is not None]
         assert len(anchors) == len(sequences)  # decoding sequences have emitted a token
-        drafted: list[mx.array | None] = [None] * len(sessions)
+        drafted: list[DraftScores | None] = [None] * len(sessions)
         drafter = self.engine.drafter
         if width > 1 and drafter is not None:  # one drafter forward for every request
             contexts = [session.take_context() for session in sessions]
             caches = [session.draft_cache for session in sessions]
-            logits = drafter.draft_logits_batch(anchors, contexts, caches, width)
-            drafted = [logits[b] for b in range(len(sessions))]
+            scores = drafter.draft_scores_batch(anchors, contexts, caches, width)
+            drafted = [scores[b] for b in range(len(sessions))]
         rounds = [
-            session.open(anchor, width, draft_logits, checkpoint=False)
-            for session, anchor, draft_logits in zip(sessions, anchors, drafted, strict=True)
+            session.open(anchor, width, own, checkpoint=False)
+            for session, anchor, own in zip(sessions, anchors, drafted, strict=True)
         ]
         state.arm()
         logits = self.engine.model(mx.stack([r.tokens for r in rounds]), cache=state.layers)

@@ -157,6 +157,40 @@ def one_hot(token: mx.array, vocab: int) -> mx.array:
     return (mx.arange(vocab) == token).astype(mx.float32)
 
 
+@dataclass(frozen=True)
+class DraftScores:
+    """A drafter head's scores for its block rows (lazy): `scores` (..., N) over the
+    tokens `ids`, its draft vocabulary, or over the whole vocabulary when `ids` is None.
+
+    A greedy draft is the argmax of the scores looked up in `ids`; the full-vocabulary
+    row (-inf off the draft vocabulary) is built only for sampling, which reads the draft
+    distribution q from `logits()`. Built every round, that row cost a CPU round 1.9 ms
+    of the default pair's 49,152-token vocabulary (the fill, the scatter and an argmax
+    three times as wide) against 0.08 ms for the argmax over 16,384 scores."""
+
+    scores: mx.array
+    ids: mx.array | None = None
+    vocab: int = 0  # the whole vocabulary's size, where `ids` is set
+
+    def tokens(self) -> mx.array:
+        """The greedy drafts: each row's best-scored token id."""
+        best = mx.argmax(self.scores, axis=-1)
+        return best if self.ids is None else self.ids[best]
+
+    def logits(self) -> mx.array:
+        """Logits over the whole vocabulary, -inf off the draft vocabulary."""
+        if self.ids is None:
+            return self.scores
+        shape = (*self.scores.shape[:-1], self.vocab)
+        logits = mx.full(shape, -mx.inf, dtype=self.scores.dtype)
+        logits[..., self.ids] = self.scores
+        return logits
+
+    def __getitem__(self, index: int) -> DraftScores:
+        """Request `index`'s rows of a batched draft."""
+        return DraftScores(self.scores[index], self.ids, self.vocab)
+
+
 class Drafter(Protocol):
     """What the round loop needs of a drafter; `drafter/dflash.py: DFlashDrafter` is the
     one the server loads."""
@@ -176,10 +210,10 @@ class Drafter(Protocol):
 
     def ingest(self, features: mx.array, cache: list[Any]) -> None: ...
 
-    def draft_logits(
+    def draft_scores(
         self, anchor: int, features: mx.array, cache: list[Any], width: int
-    ) -> mx.array: ...
+    ) -> DraftScores: ...
 
-    def draft_logits_batch(
+    def draft_scores_batch(
         self, anchors: list[int], features: list[mx.array], caches: list[list[Any]], width: int
-    ) -> mx.array: ...
+    ) -> DraftScores: ...

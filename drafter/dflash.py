@@ -43,6 +43,7 @@ from drafter.attention import (
     right_padded,
     tail_mask,
 )
+from drafter.decoding import DraftScores
 from drafter.files import read_config, text_config, write_dir_atomically
 from drafter.rowwise import project, set_rowwise, transposed
 
@@ -334,8 +335,9 @@ def target_dims(target: nn.Module) -> tuple[int, int, int]:
 
 
 class RestrictedHead:
-    """The target's LM head restricted to the rows of `token_ids`; returns full-vocabulary
-    logits with -inf outside them. q: the draft distribution, zero off the vocabulary."""
+    """The target's LM head restricted to the rows of `token_ids`: scores over those
+    tokens only (drafter/decoding.py: DraftScores makes drafts or full-vocabulary logits
+    of them; q, the draft distribution, is zero off the vocabulary)."""
 
     def __init__(self, module: nn.Module, token_ids: list[int], vocab: int) -> None:
         self.ids = mx.array(token_ids, dtype=mx.int32)
@@ -364,9 +366,7 @@ class RestrictedHead:
             scores = project(hidden, self.weight, self.operands)
         else:
             scores = hidden @ self.columns()
-        logits = mx.full((*scores.shape[:-1], self.vocab), -mx.inf, dtype=scores.dtype)
-        logits[..., self.ids] = scores
-        return logits
+        return scores
 
     def columns(self) -> mx.array:
         """The weight as one contiguous (H, N) matrix, made on first use. The gathered
@@ -461,29 +461,32 @@ class DFlashDrafter:
         (docs/benchmark_results/cpu-first-round-ingest.md)."""
         self.model.ingest(features, cache)
 
-    def draft_logits(
+    def draft_scores(
         self, anchor: int, features: mx.array, cache: list[KVCache], width: int
-    ) -> mx.array:
-        """Logits (width - 1, V) for the block rows after the anchor (lazy).
+    ) -> DraftScores:
+        """Scores (width - 1, N) for the block rows after the anchor (lazy).
 
         features: the target's tapped hidden states (1, S, n_taps * H) for the
         positions not yet in the drafter's context; they end right before the
         anchor's position, and are appended to the cached context.
         """
-        return self.draft_logits_batch([anchor], [features], [cache], width)[0]
+        return self.draft_scores_batch([anchor], [features], [cache], width)[0]
 
-    def draft_logits_batch(
+    def draft_scores_batch(
         self,
         anchors: list[int],
         features: list[mx.array],
         caches: list[list[KVCache]],
         width: int,
-    ) -> mx.array:
-        """`draft_logits` for B requests in one forward: (B, width - 1, V), lazy."""
+    ) -> DraftScores:
+        """`draft_scores` for B requests in one forward: (B, width - 1, N), lazy."""
         mask = self.args.mask_token_id
         block = mx.array([[anchor] + [mask] * (width - 1) for anchor in anchors])
         hidden = self.model(self.embed(block), features, caches)
-        return self.head(hidden[:, 1:])
+        scores = self.head(hidden[:, 1:])
+        if isinstance(self.head, RestrictedHead):
+            return DraftScores(scores, self.head.ids, self.head.vocab)
+        return DraftScores(scores)
 
 
 def check_fits_target(args: ModelArgs, target: nn.Module) -> None:

@@ -42,7 +42,15 @@ import mlx.nn as nn
 from drafter import acceptance, rollback
 from drafter.attention import reserve
 from drafter.capture import installed
-from drafter.decoding import Drafter, GenerationStats, Token, drain, make_tokens, prefill_steps
+from drafter.decoding import (
+    Drafter,
+    DraftScores,
+    GenerationStats,
+    Token,
+    drain,
+    make_tokens,
+    prefill_steps,
+)
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -250,22 +258,22 @@ class Session:
         self,
         anchor: int,
         width: int,
-        draft_logits: mx.array | None = None,
+        drafted: DraftScores | None = None,
         checkpoint: bool = True,
     ) -> Round:
         """Draft the round's B-1 tokens (lazy) and checkpoint the target cache; the
         caller then runs the target over `tokens` (alone, or batched with others).
-        draft_logits: this request's (B-1, V) rows of a batched drafter forward
-        (drafter/batch.py); by default the drafter runs here. checkpoint=False: the
-        target cache is a batch's, which rolls itself back."""
+        drafted: this request's B-1 rows of a batched drafter forward (drafter/batch.py);
+        by default the drafter runs here. checkpoint=False: the target cache is a
+        batch's, which rolls itself back."""
         drafts, draft_logprobs = mx.array([], dtype=mx.int32), None
         if width > 1:
-            if draft_logits is None:
+            if drafted is None:
                 assert self.drafter is not None
-                draft_logits = self.drafter.draft_logits(
+                drafted = self.drafter.draft_scores(
                     anchor, self.take_context(), self.draft_cache, width
                 )
-            drafts, draft_logprobs = self.draft(draft_logits)
+            drafts, draft_logprobs = self.draft(drafted)
         ckpt = rollback.checkpoint(self.cache) if checkpoint else None
         return Round(anchor, width, drafts, draft_logprobs, ckpt)
 
@@ -320,11 +328,12 @@ class Session:
         assert current.rows is not None  # judge() chose them
         return tokens, current.rows[:kept]
 
-    def draft(self, logits: mx.array) -> tuple[mx.array, mx.array | None]:
-        """B-1 draft tokens (lazy) from the drafter's logits and, when sampling, the
-        distribution they came from."""
+    def draft(self, drafted: DraftScores) -> tuple[mx.array, mx.array | None]:
+        """B-1 draft tokens (lazy) from the drafter's scores and, when sampling, the
+        distribution they came from (p: the draft distribution over the vocabulary)."""
         if self.params.greedy:
-            return mx.argmax(logits, axis=-1), None
+            return drafted.tokens(), None
+        logits = drafted.logits()
         logprobs = sampling_logprobs(token_logprobs(logits, None, self.params), self.params)
         return mx.random.categorical(logprobs, key=self.chooser.next_key()), logprobs
 

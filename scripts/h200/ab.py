@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.loading import LoadOptions, load_engine
+from drafter.sampling import SamplingParams
+from drafter.speculative import Session
 from server.settings import ServeSettings
 from server.tooling.profile import profile_width
 
@@ -68,3 +73,31 @@ def alternate(
                 "stages_ms": p.stages_ms,
             }
             print(json.dumps(row), flush=True)
+
+
+def alternate_rounds(engine: Engine, arms: dict[str, Callable[[], None]], width: int) -> None:
+    """Round by round, where `alternate`'s pooled medians are too coarse for a change of
+    a few percent: 25-round requests (the prompt above), the arms swapped per request in
+    AB/BA order for 7 pairs after one untimed pair, each request's first two rounds left
+    out. Prints each request's median round and each arm's median and mean."""
+    prompt = engine.tokenizer.encode(PROMPT + "\n    ")
+    names = list(arms)
+    rounds: dict[str, list[float]] = {name: [] for name in names}
+    for pair in range(8):
+        for name in names if pair % 2 == 0 else names[::-1]:
+            arms[name]()
+            session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
+            anchor = session.prefill(prompt, 80)[0].id
+            times = []
+            for _ in range(25):
+                began = time.perf_counter()
+                tokens, _ = session.round(anchor, 1000)
+                times.append(time.perf_counter() - began)
+                anchor = tokens[-1]
+            if pair:
+                rounds[name] += times[2:]
+                median = 1000 * statistics.median(times[2:])
+                print(pair, name, f"request median {median:.2f} ms", flush=True)
+    for name, seconds in rounds.items():
+        median, mean = 1000 * statistics.median(seconds), 1000 * statistics.mean(seconds)
+        print(name, len(seconds), f"rounds: median {median:.2f} ms, mean {mean:.2f} ms")

@@ -102,10 +102,10 @@ def test_block_size_inside_dflash_config_is_read(drafter_dir: Path, target: nn.M
     assert load_drafter(drafter_dir, target).block_size == 4
 
 
-def test_draft_logits_cover_the_rows_after_the_anchor(drafter_dir: Path, target: nn.Module) -> None:
+def test_draft_scores_cover_the_rows_after_the_anchor(drafter_dir: Path, target: nn.Module) -> None:
     drafter = load_drafter(drafter_dir, target)
-    logits = drafter.draft_logits(3, features(5, 128, seed=1), drafter.make_cache(), width=4)
-    assert logits.shape == (3, 257)
+    drafted = drafter.draft_scores(3, features(5, 128, seed=1), drafter.make_cache(), width=4)
+    assert drafted.logits().shape == (3, 257) and drafted.tokens().shape == (3,)
 
 
 def test_context_cached_over_calls_equals_context_given_at_once(
@@ -114,9 +114,9 @@ def test_context_cached_over_calls_equals_context_given_at_once(
     drafter = load_drafter(drafter_dir, target)
     context = features(9, 128, seed=2)
     cache = drafter.make_cache()
-    drafter.draft_logits(1, context[:, :5], cache, width=4)
-    incremental = drafter.draft_logits(2, context[:, 5:], cache, width=4)
-    at_once = drafter.draft_logits(2, context, drafter.make_cache(), width=4)
+    drafter.draft_scores(1, context[:, :5], cache, width=4)
+    incremental = drafter.draft_scores(2, context[:, 5:], cache, width=4).logits()
+    at_once = drafter.draft_scores(2, context, drafter.make_cache(), width=4).logits()
     assert cache[0].offset == 9
     assert mx.allclose(incremental, at_once, atol=1e-5).item()
 
@@ -134,10 +134,10 @@ def test_block_attention_is_not_causal(drafter_dir: Path, target: nn.Module) -> 
 def test_positions_are_absolute(drafter_dir: Path, target: nn.Module) -> None:
     drafter = load_drafter(drafter_dir, target)
     context = features(4, 128, seed=4)
-    fresh = drafter.draft_logits(1, context, drafter.make_cache(), width=3)
+    fresh = drafter.draft_scores(1, context, drafter.make_cache(), width=3).logits()
     shifted_cache = drafter.make_cache()
-    drafter.draft_logits(1, features(3, 128, seed=5), shifted_cache, width=3)
-    shifted = drafter.draft_logits(1, context, shifted_cache, width=3)
+    drafter.draft_scores(1, features(3, 128, seed=5), shifted_cache, width=3)
+    shifted = drafter.draft_scores(1, context, shifted_cache, width=3).logits()
     assert not mx.allclose(fresh, shifted).item()
 
 
@@ -149,7 +149,8 @@ def test_quantized_drafter_loads_as_quantized_layers(tmp_path: Path, target_dir:
     drafter = load_drafter(path, target)
     assert isinstance(drafter.model.fc, nn.QuantizedLinear)
     assert isinstance(drafter.model.layers[0].self_attn.q_proj, nn.QuantizedLinear)
-    logits = drafter.draft_logits(1, features(3, 128, seed=6), drafter.make_cache(), width=4)
+    drafted = drafter.draft_scores(1, features(3, 128, seed=6), drafter.make_cache(), width=4)
+    logits = drafted.logits()
     assert logits.shape == (3, 257) and mx.isfinite(logits).all().item()
 
 
@@ -262,13 +263,16 @@ def test_a_draft_vocabulary_restricts_drafts_to_its_tokens(
     restricted = load_drafter(drafter_dir, target)
     assert full.draft_vocab is None and restricted.draft_vocab == ids
     context = features(5, 2 * target.model.embed_tokens.weight.shape[1], seed=7)
-    want = full.draft_logits(3, context, full.make_cache(), 6)
-    got = restricted.draft_logits(3, context, restricted.make_cache(), 6)
+    want = full.draft_scores(3, context, full.make_cache(), 6).logits()
+    drafted = restricted.draft_scores(3, context, restricted.make_cache(), 6)
+    got = drafted.logits()
     inside = mx.array(ids)
     assert mx.allclose(got[:, inside], want[:, inside], atol=1e-5).item()
     outside = mx.array(sorted(set(range(vocab)) - set(ids)))
     assert mx.all(got[:, outside] == -mx.inf).item()
-    assert set(mx.argmax(got, axis=-1).tolist()) <= set(ids)
+    # the greedy drafts, read from the restricted scores, are the full row's argmax
+    assert drafted.tokens().tolist() == mx.argmax(got, axis=-1).tolist()
+    assert set(drafted.tokens().tolist()) <= set(ids)
 
 
 def test_the_draft_head_multiplies_by_a_contiguous_copy_of_its_rows_transposed(
@@ -287,7 +291,7 @@ def test_the_draft_head_multiplies_by_a_contiguous_copy_of_its_rows_transposed(
     assert mx.array_equal(columns, target.model.embed_tokens.weight[mx.array(ids)].T).item()
     assert head.columns() is columns  # made once
     hidden = mx.random.normal((1, 3, columns.shape[0]), key=mx.random.key(3))
-    scores = head(hidden)[..., mx.array(ids)]
+    scores = head(hidden)
     assert mx.allclose(scores, hidden @ head.weight.T, atol=1e-5).item()
 
 
@@ -300,9 +304,9 @@ def test_a_checkpoint_with_a_draft_vocabulary_loads_where_it_is_ignored(
     plain = load_drafter(drafter_dir, target, draft_vocab=False)
     assert plain.draft_vocab is None
     assert (
-        plain.draft_logits(
-            1, features(3, plain.model.fc.weight.shape[1], 1), plain.make_cache(), 4
-        ).shape[-1]
+        plain.draft_scores(1, features(3, plain.model.fc.weight.shape[1], 1), plain.make_cache(), 4)
+        .logits()
+        .shape[-1]
         == (target.model.embed_tokens.weight.shape[0])
     )
 
@@ -324,14 +328,14 @@ def test_a_batched_draft_equals_each_requests_own_draft(
     batch_caches = [drafter.make_cache() for _ in contexts]
     for cache_set in (alone_caches, batch_caches):  # some context already cached
         for cache, context in zip(cache_set, contexts, strict=True):
-            drafter.draft_logits(1, context, cache, width=4)
+            drafter.draft_scores(1, context, cache, width=4)
     more = [features(n, 128, seed=20 + n) for n in (2, 1, 5)]
     alone = [
-        drafter.draft_logits(a, f, c, width=4)
+        drafter.draft_scores(a, f, c, width=4).logits()
         for a, f, c in zip([4, 8, 9], more, alone_caches, strict=True)
     ]
-    batched = drafter.draft_logits_batch([4, 8, 9], more, batch_caches, width=4)
-    assert batched.shape == (3, 3, 257)
+    batched = drafter.draft_scores_batch([4, 8, 9], more, batch_caches, width=4)
+    assert batched.logits().shape == (3, 3, 257)
     for b in range(3):
-        assert mx.allclose(batched[b], alone[b], atol=1e-5).item()
+        assert mx.allclose(batched[b].logits(), alone[b], atol=1e-5).item()
         assert batch_caches[b][0].offset == alone_caches[b][0].offset

@@ -11,7 +11,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from scipy.stats import chisquare
 
 from drafter.capture import installed
-from drafter.decoding import GenerationStats
+from drafter.decoding import DraftScores, GenerationStats
 from drafter.dflash import DFlashDrafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams, sampling_logprobs, token_logprobs
@@ -42,8 +42,8 @@ class ForcedDrafter:
         self.inner.ingest(features, cache)
         self.contexts.append(features)
 
-    def draft_logits(self, anchor: int, features: mx.array, cache: list, width: int) -> mx.array:
-        real = self.inner.draft_logits(anchor, features, cache, width)
+    def draft_scores(self, anchor: int, features: mx.array, cache: list, width: int) -> DraftScores:
+        real = self.inner.draft_scores(anchor, features, cache, width).logits()
         mx.eval(real)
         self.contexts.append(features)
         position = cache[0].offset - self.prompt_length  # the anchor's index in the output
@@ -53,7 +53,7 @@ class ForcedDrafter:
         for j in range(1, width):
             token = self.reference[position + j] if position + j < len(self.reference) else 0
             wanted.append(token if j <= self.agree else (token + 1) % vocab)
-        return mx.where(mx.array(wanted)[:, None] == mx.arange(vocab), 0.0, -1e4)
+        return DraftScores(mx.where(mx.array(wanted)[:, None] == mx.arange(vocab), 0.0, -1e4))
 
 
 def engine_for(
@@ -280,10 +280,10 @@ class TargetDrafter:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def draft_logits(self, anchor: int, features: mx.array, cache: list, width: int) -> mx.array:
-        real = self.inner.draft_logits(anchor, features, cache, width)
+    def draft_scores(self, anchor: int, features: mx.array, cache: list, width: int) -> DraftScores:
+        real = self.inner.draft_scores(anchor, features, cache, width).logits()
         own = self.model(mx.array(self.prefix + [anchor])[None])[0, -1]
-        return mx.concatenate([own[None], real[1:]])
+        return DraftScores(mx.concatenate([own[None], real[1:]]))
 
 
 def sampling_dist(model: Any, tokens: list[int], params: SamplingParams) -> mx.array:
