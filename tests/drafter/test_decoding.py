@@ -1,4 +1,5 @@
-"""The prefill computes its LM head for the last row only, and what that leaves unchanged."""
+"""The prefill computes its LM head for the last row only, and what that leaves unchanged;
+a drafter's scores give the same greedy drafts read narrow or widened to the vocabulary."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
-from drafter.decoding import last_row_head, prefill
+from drafter.decoding import DraftScores, last_row_head, prefill
 from tests.drafter.conftest import Pair
 
 PROMPT = [5, 9, 3, 17, 2, 40, 8, 11, 6, 23, 4, 30]
@@ -69,3 +70,21 @@ def test_a_model_without_a_final_norm_keeps_its_full_head() -> None:
     with last_row_head(bare):
         out = bare(x)
     assert out.shape == (1, 5, 6)
+
+
+def test_greedy_drafts_from_draft_vocabulary_scores_equal_the_full_rows_argmax() -> None:
+    vocab = 50
+    ids = mx.array([7, 3, 41, 0, 22, 9])  # a draft vocabulary, most frequent first
+    scores = mx.random.normal((2, 3, 6), key=mx.random.key(1))  # 2 requests x 3 rows
+    drafted = DraftScores(scores, ids, vocab)
+    logits = drafted.logits()
+    assert logits.shape == (2, 3, vocab)
+    assert mx.array_equal(drafted.tokens(), mx.argmax(logits, axis=-1)).item()
+    off = mx.array(sorted(set(range(vocab)) - set(ids.tolist())))
+    assert mx.all(logits[..., off] == -mx.inf).item()
+    assert mx.array_equal(logits[..., ids], scores).item()
+    second = drafted[1]  # one request's rows of the batch
+    assert mx.array_equal(second.tokens(), drafted.tokens()[1]).item()
+    whole = DraftScores(logits)  # a full-vocabulary head: the scores are the logits
+    assert whole.logits() is logits
+    assert mx.array_equal(whole.tokens(), drafted.tokens()).item()
