@@ -330,7 +330,7 @@ class Session:
 
     def draft(self, drafted: DraftScores) -> tuple[mx.array, mx.array | None]:
         """B-1 draft tokens (lazy) from the drafter's scores and, when sampling, the
-        distribution they came from (p: the draft distribution over the vocabulary)."""
+        distribution they came from (q, the draft distribution, over the vocabulary)."""
         if self.params.greedy:
             return drafted.tokens(), None
         logits = drafted.logits()
