@@ -23,7 +23,7 @@ from drafter.loading import LoadOptions, load_engine
 from drafter.sampling import SamplingParams
 from drafter.speculative import Session
 from server.settings import ServeSettings
-from server.tooling.profile import profile_width
+from server.tooling.profile import DEFAULT_PROMPT, profile_width
 
 PROMPT = "def quicksort(items):"
 
@@ -77,10 +77,10 @@ def alternate(
 
 def alternate_rounds(engine: Engine, arms: dict[str, Callable[[], None]], width: int) -> None:
     """Round by round, where `alternate`'s pooled medians are too coarse for a change of
-    a few percent: 25-round requests (the prompt above), the arms swapped per request in
-    AB/BA order for 7 pairs after one untimed pair, each request's first two rounds left
-    out. Prints each request's median round and each arm's median and mean."""
-    prompt = engine.tokenizer.encode(PROMPT + "\n    ")
+    a few percent: 25-round requests (the profile's default prompt), the arms swapped in
+    AB/BA order per request for 7 pairs after one untimed pair, each request's first two
+    rounds left out. Prints each request's median round and each arm's median and mean."""
+    prompt = engine.tokenizer.encode(DEFAULT_PROMPT)
     names = list(arms)
     rounds: dict[str, list[float]] = {name: [] for name in names}
     for pair in range(8):

@@ -211,6 +211,14 @@ class TimedRounds:
     cpu: list[float] = field(default_factory=list)  # the thread's CPU seconds in it
     preempted: list[int] = field(default_factory=list)  # its involuntary context switches
 
+    def extend(self, other: TimedRounds) -> None:
+        """Append `other`'s rounds (the stats stay this object's)."""
+        self.seconds += other.seconds
+        self.grew += other.grew
+        self.keys += other.keys
+        self.cpu += other.cpu
+        self.preempted += other.preempted
+
 
 def thread_counters() -> tuple[float, int]:
     """The calling thread's CPU seconds and involuntary context switches so far (the
@@ -289,28 +297,21 @@ class FullCollections:
 def profile_width(
     engine: Any, width: int, prompt: list[int], tokens: int, repeats: int, requests: int
 ) -> WidthProfile:
+    from drafter.decoding import GenerationStats
     from drafter.speculative import STAGES, RoundTimer
 
     with FullCollections() as full:
         cold = timed_rounds(engine, prompt, tokens, width).seconds
-        warm: list[float] = []
-        grew: list[bool] = []
-        keys: list[int] = []
-        cpu: list[float] = []
-        preempted: list[int] = []
+        pooled = TimedRounds([], [], [], GenerationStats())  # every plain round below
         rounds, accepted_length = 0, 0.0
         for _ in range(repeats):
             timed = timed_rounds(engine, prompt, tokens, width)
-            warm += timed.seconds
-            grew, keys = grew + timed.grew, keys + timed.keys
-            cpu, preempted = cpu + timed.cpu, preempted + timed.preempted
+            pooled.extend(timed)
             rounds, accepted_length = timed.stats.rounds, timed.stats.acceptance_length
-        steady = list(warm)  # plus rounds at other prompt lengths: for steadiness only
-        for extra in prompt_lengths(prompt, requests):
-            timed = timed_rounds(engine, extra, tokens, width)
-            steady += timed.seconds
-            grew, keys = grew + timed.grew, keys + timed.keys
-            cpu, preempted = cpu + timed.cpu, preempted + timed.preempted
+        warm = list(pooled.seconds)  # the --prompt repeats only: the round time
+        for extra in prompt_lengths(prompt, requests):  # steadiness pools these too
+            pooled.extend(timed_rounds(engine, extra, tokens, width))
+        steady = pooled.seconds
     timer = RoundTimer()
     for _ in range(repeats):
         timed_rounds(engine, prompt, tokens, width, timer)
@@ -337,10 +338,10 @@ def profile_width(
         rounds_over_2x_median=sum(t > 2 * statistics.median(steady) for t in steady),
         round_times_ms=[round(1000 * t, 3) for t in steady],
         full_collections_ms=full.ms,
-        growth_rounds=[i for i, g in enumerate(grew) if g],
-        round_keys=keys,
-        round_cpu_ms=[round(1000 * t, 3) for t in cpu],
-        round_preempted=preempted,
+        growth_rounds=[i for i, g in enumerate(pooled.grew) if g],
+        round_keys=pooled.keys,
+        round_cpu_ms=[round(1000 * t, 3) for t in pooled.cpu],
+        round_preempted=pooled.preempted,
     )
 
 
