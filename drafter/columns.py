@@ -6,13 +6,14 @@ that to `cblas_sgemm` with the second operand transposed. Debian's OpenBLAS 0.3.
 multiplies a few rows by a contiguous (H, V) matrix in half to two thirds of the time
 (10.7 against 22.1 ms at one row, 19.3 against 30.2 at four), and greedy text was
 unchanged (docs/benchmark_results/cpu-draft-head-layout.md; the draft head's rows gave
-scores equal bit for bit). So the head keeps its own
-transposed copy, made on first use, and multiplies by that. The embedding lookup
-still reads the (V, H) rows.
+scores equal bit for bit). So the head keeps its own transposed copy, made on first
+use, and multiplies by that. The embedding lookup still reads the (V, H) rows. Under
+MKL the padded layout (drafter/padded.py) serves instead: it is faster there without
+the copy.
 
 The cost is memory: one more copy of the embedding (113 MB in float32 for the
-default target). The swap is by class, as drafter/rowwise.py does: mlx-lm's model
-code calls `embed_tokens.as_linear` and gets this one. Only plain float
+default target). The swap is by class (drafter/linear.py): mlx-lm's model code
+calls `embed_tokens.as_linear` and gets this one. Only plain float
 embeddings change class; quantized ones keep MLX's quantized kernel.
 """
 
@@ -33,14 +34,4 @@ class ColumnsEmbedding(nn.Embedding):
         return x @ columns
 
 
-def set_column_head(model: nn.Module, on: bool) -> int:
-    """Swap `model`'s plain Embedding layers to ColumnsEmbedding (on) or back (off,
-    dropping the copy); returns how many modules changed class."""
-    source, target = (nn.Embedding, ColumnsEmbedding) if on else (ColumnsEmbedding, nn.Embedding)
-    changed = 0
-    for module in model.modules():
-        if type(module) is source:
-            module.__class__ = target
-            module.__dict__.pop("_columns", None)
-            changed += 1
-    return changed
+SWAPS: dict[type, type] = {nn.Embedding: ColumnsEmbedding}

@@ -45,7 +45,8 @@ from drafter.attention import (
 )
 from drafter.decoding import DraftScores
 from drafter.files import read_config, text_config, write_dir_atomically
-from drafter.rowwise import project, set_rowwise, transposed
+from drafter.linear import set_linear
+from drafter.rowwise import project, transposed
 
 ARCHITECTURE = "DFlashDraftModel"
 DRAFT_VOCAB_FILE = "draft_vocab.json"
@@ -444,12 +445,13 @@ class DFlashDrafter:
     def make_cache(self, attention: str = "exact") -> list[KVCache]:
         return self.model.make_cache(attention)
 
-    def set_rowwise(self, on: bool) -> None:
-        """Rowwise products for the drafter's layers and its restricted head (a full
-        head is the target's, which the engine swaps with the target)."""
-        set_rowwise(self.model, on)
+    def set_linear(self, mode: str) -> None:
+        """The drafter's layers in the `mode` layout (drafter/linear.py), and rowwise
+        products for its restricted head when rowwise (a full head is the target's,
+        which the engine swaps with the target)."""
+        set_linear(self.model, mode)
         if isinstance(self.head, RestrictedHead):
-            self.head.rowwise = on
+            self.head.rowwise = mode == "rowwise"
 
     def ingest(self, features: mx.array, cache: list[KVCache]) -> None:
         """Take a prompt's features (1, S, n_taps * H) into the context now (lazy).

@@ -9,6 +9,7 @@ from typing import NotRequired
 from typing_extensions import TypedDict  # pydantic reads it (bench) on Python 3.11
 
 ATTENTION_MODES = ("exact", "stable", "vector")  # SpeculativeConfig.attention (attention.py)
+LINEAR_MODES = ("rowwise", "padded", "columns", "matrix")  # SpeculativeConfig.linear (linear.py)
 
 
 class ProbeFields(TypedDict):
@@ -33,7 +34,7 @@ class SpeculativeConfig(TypedDict):
     compute_capability: str | None  # "9.0" on CUDA
     quantization: str | None
     attention: str  # multi-row attention: exact, stable or vector (drafter/attention.py)
-    rowwise_linear: bool  # multi-row products as batched one-row ones (drafter/rowwise.py)
+    linear: str  # how products run: rowwise, padded, columns or matrix (drafter/linear.py)
     # tokens the draft head scores: its checkpoint's draft vocabulary, else the whole
     # vocabulary; None without a drafter
     draft_head_tokens: int | None

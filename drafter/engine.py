@@ -15,7 +15,6 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from drafter.attention import choose_attention, make_cache, reserve, use_vector_attention
-from drafter.columns import set_column_head
 from drafter.decoding import (
     PREFILL_STEP,
     Drafter,
@@ -26,10 +25,9 @@ from drafter.decoding import (
     one_hot,
     prefill,
 )
-from drafter.device import on_cpu, on_cuda
 from drafter.diagnostics import ATTENTION_MODES
+from drafter.linear import choose_linear, set_linear
 from drafter.prompt_cache import PromptCache
-from drafter.rowwise import set_rowwise
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -54,7 +52,7 @@ class Engine:
         drafter: Drafter | None = None,
         block_size: int | None = None,
         attention: str | None = None,
-        rowwise_linear: bool | None = None,
+        linear: str | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -64,9 +62,8 @@ class Engine:
         self.block_size = block_size
         # How multi-row queries attend (drafter/attention.py); None: choose_attention().
         self.attention = choose_attention() if attention is None else attention
-        # Multi-row linear layers as batched one-row products (drafter/rowwise.py);
-        # None: wherever it pays (CUDA).
-        self.rowwise_linear = on_cuda() if rowwise_linear is None else rowwise_linear
+        # How the products run (drafter/linear.py); None: choose_linear().
+        self.linear = choose_linear() if linear is None else linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
         # Size each request's KV buffers at its prefill (drafter/attention.py: reserve);
         # off: mlx-lm's growth by 256 rows mid-request (`draftwise profile --kv grown`).
@@ -89,21 +86,16 @@ class Engine:
         return self.attention == "stable"
 
     @property
-    def rowwise_linear(self) -> bool:
-        return self._rowwise
+    def linear(self) -> str:
+        return self._linear
 
-    @rowwise_linear.setter
-    def rowwise_linear(self, on: bool) -> None:
-        """Swap the target's and the drafter's linear layers (drafter/rowwise.py). Off
-        on CPU, the tied LM head multiplies by a contiguous (H, V) copy instead
-        (drafter/columns.py), where OpenBLAS multiplies in half to two thirds of the time. Each
-        swap changes only the plain classes, hence the order."""
-        set_column_head(self.model, False)
-        set_rowwise(self.model, on)
-        set_column_head(self.model, not on and on_cpu())
+    @linear.setter
+    def linear(self, mode: str) -> None:
+        """Put the target's and the drafter's layers in the `mode` layout (drafter/linear.py)."""
+        set_linear(self.model, mode)
         if self.drafter is not None:
-            self.drafter.set_rowwise(on)
-        self._rowwise = on
+            self.drafter.set_linear(mode)
+        self._linear = mode
 
     def make_cache(self) -> list[Any]:
         return make_cache(self.model, self.attention)

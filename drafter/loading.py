@@ -106,7 +106,7 @@ class Loaded:
             compute_capability=capability_text,
             quantization=self.quantization,
             attention=self.engine.attention,
-            rowwise_linear=self.engine.rowwise_linear,
+            linear=self.engine.linear,
             draft_head_tokens=None if drafter is None else drafter.head_tokens,
             exactness=self.exactness,
             warm_up_s=None if self.warmed is None else self.warmed.seconds,

@@ -25,8 +25,8 @@ set to 1 (any stride is legal for an axis of length one): the backend reads it
 as a transposed one-row matrix, does not fold it, and calls gemv per batch.
 
 The swap is by class (`__class__`), as drafter/attention.py swaps caches: the
-modules, their weights and mlx-lm's model code are untouched, and `set_rowwise`
-undoes it. Layers with a bias keep their class: with a bias even a one-row
+modules, their weights and mlx-lm's model code are untouched, and drafter/linear.py
+swaps them back. Layers with a bias keep their class: with a bias even a one-row
 product goes to cuBLASLt (its bias epilogue), so there is no kernel to match.
 The engine turns it on where it pays, on CUDA; on CPU a (B, K) product is one
 BLAS call, and the byte-identity suites hold without it.
@@ -56,7 +56,7 @@ def operands(module: nn.Module) -> tuple[mx.array, mx.array]:
     forward of SmolLM2-135M makes 211 products, and each node costs host time on a
     launch-bound GPU (the Python op, then its evaluation). Kept, they are arrays already
     evaluated after the first forward. Not parameters (never saved or loaded);
-    `set_rowwise` drops them with the class."""
+    drafter/linear.py drops them with the class."""
     kept = module.__dict__.get("_operands")
     if kept is None:
         kept = module.__dict__["_operands"] = transposed(module["weight"])
@@ -96,19 +96,3 @@ class RowwiseEmbedding(nn.Embedding):
 
 
 SWAPS: dict[type, type] = {nn.Linear: RowwiseLinear, nn.Embedding: RowwiseEmbedding}
-BACK: dict[type, type] = {rowwise: plain for plain, rowwise in SWAPS.items()}
-
-
-def set_rowwise(model: nn.Module, on: bool) -> int:
-    """Swap `model`'s plain bias-free Linear and Embedding layers to their rowwise
-    classes (on) or back (off); returns how many modules changed class."""
-    table = SWAPS if on else BACK
-    changed = 0
-    for module in model.modules():
-        target = table.get(type(module))
-        if target is None or "bias" in module:
-            continue
-        module.__class__ = target
-        module.__dict__.pop("_operands", None)
-        changed += 1
-    return changed

@@ -11,6 +11,9 @@ variables): `python -m server.cli` does that for serving; here the caller sets t
     LD_PRELOAD=.venv/lib/libmkl_rt.so.3 MKL_CBWR=AUTO,STRICT python scripts/cpu_blas_rows.py
     LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libopenblas.so.0 python scripts/cpu_blas_rows.py
 
+`--linear` sets the product layout (drafter/linear.py; default: what the engine chooses
+under this BLAS), e.g. `--linear columns` against `--linear padded` under MKL.
+
 It prints one JSON object: the bound BLAS, the forward's median ms (and range) by rows,
 and for each exactness case the largest |difference| between one w-row forward and w
 one-row forwards of the same tokens from the same prefilled cache.
@@ -31,6 +34,7 @@ from mlx_lm import load
 from drafter.checkpoints.smollm2 import ensure_smollm2
 from drafter.cpu_blas import blas_in_use
 from drafter.decoding import prefill
+from drafter.diagnostics import LINEAR_MODES
 from drafter.engine import Engine
 from drafter.probe import classic_tokens, teacher_forced_logits
 
@@ -77,9 +81,10 @@ def row_differences(engine: Engine, ids: list[int], width: int) -> dict[str, Any
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=11)
+    parser.add_argument("--linear", choices=LINEAR_MODES, default=None)
     args = parser.parse_args()
     model, tokenizer = load(str(ensure_smollm2(None, "float32")))
-    engine = Engine(model, tokenizer, model_id="smollm2", context_length=8192)
+    engine = Engine(model, tokenizer, model_id="smollm2", context_length=8192, linear=args.linear)
     times = forward_ms(engine, tokenizer.encode(TIMING_PROMPT), args.repeats)
     cases = []
     for prompt in EXACTNESS_PROMPTS:
@@ -93,6 +98,7 @@ def main() -> None:
             {
                 "blas": blas_in_use(),
                 "mkl_cbwr": os.environ.get("MKL_CBWR"),
+                "linear": engine.linear,
                 "repeats": args.repeats,
                 "forward_ms": {
                     str(rows): {

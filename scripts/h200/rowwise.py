@@ -17,7 +17,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from drafter import rollback
 from drafter.checkpoints.smollm2 import ensure_smollm2
-from drafter.rowwise import set_rowwise
+from drafter.linear import set_linear
 from server.tooling.verify_cost import time_forward
 
 ROWS = [1, 2, 4, 8, 16]
@@ -59,17 +59,17 @@ for name, quant in (("bf16", None), ("q4g32", 4)):
         (arm, r): [] for arm in ("matrix", "rowwise") for r in ROWS
     }
     for arm in ("matrix", "rowwise"):  # warm both arms' kernels
-        set_rowwise(model, arm == "rowwise")
+        set_linear(model, "rowwise" if arm == "rowwise" else "matrix")
         for r in ROWS:
             for _ in range(3):
                 time_forward(model, cache, r)
     for _ in range(N):
         for arm in ("matrix", "rowwise"):
-            set_rowwise(model, arm == "rowwise")
+            set_linear(model, "rowwise" if arm == "rowwise" else "matrix")
             for r in ROWS:
                 samples[(arm, r)].append(1000 * time_forward(model, cache, r))
     for arm in ("matrix", "rowwise"):
-        set_rowwise(model, arm == "rowwise")
+        set_linear(model, "rowwise" if arm == "rowwise" else "matrix")
         for r in ROWS:
             s = samples[(arm, r)]
             row = {
@@ -84,4 +84,4 @@ for name, quant in (("bf16", None), ("q4g32", 4)):
             if r > 1:
                 row.update(identity(model, tokenizer.encode(PROMPT * 2), r))
             print(json.dumps(row), flush=True)
-    set_rowwise(model, False)
+    set_linear(model, "matrix")

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drafter.diagnostics import ATTENTION_MODES  # no MLX: the CLI parser stays light
+from drafter.diagnostics import ATTENTION_MODES, LINEAR_MODES  # no MLX: the CLI parser stays light
 
 if TYPE_CHECKING:
     from drafter.decoding import GenerationStats
@@ -98,10 +98,12 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--linear",
-        choices=("auto", "rowwise", "matrix"),
+        choices=("auto", *LINEAR_MODES),
         default="auto",
-        help="multi-row linear layers: rowwise (batched one-row products), matrix, "
-        "or auto (rowwise on CUDA)",
+        help="how products run (drafter/linear.py): rowwise (multi-row ones as batched "
+        "one-row products), padded (one-row ones as two-row products), columns (the tied "
+        "head by a contiguous copy), matrix (as mlx-lm builds them), or auto (rowwise on "
+        "CUDA, padded on CPU under MKL, columns on CPU under another BLAS)",
     )
     parser.add_argument(
         "--heap",
@@ -168,10 +170,9 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.attention != "auto":
         loaded.engine.attention = args.attention
     attention = loaded.engine.attention
-    rowwise = {"auto": None, "rowwise": True, "matrix": False}[args.linear]
-    if rowwise is not None:
-        loaded.engine.rowwise_linear = rowwise
-    linear = "rowwise" if loaded.engine.rowwise_linear else "matrix"
+    if args.linear != "auto":
+        loaded.engine.linear = args.linear
+    linear = loaded.engine.linear
     loaded.engine.reserve_kv = args.kv == "reserved"
     # After the attention and linear choices, as the server warms what it will serve.
     warmed = warm_up(loaded.engine) if args.warm_up else None

@@ -8,13 +8,13 @@ import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten
 
+from drafter.linear import set_linear
 from drafter.rowwise import (
     MAX_ROWS,
     RowwiseEmbedding,
     RowwiseLinear,
     operands,
     project,
-    set_rowwise,
 )
 from tests.drafter.conftest import Pair
 
@@ -47,17 +47,17 @@ def test_a_transposed_input_is_copied_and_still_correct() -> None:
     assert mx.allclose(project(x, weight), x @ weight.T, atol=1e-4).item()
 
 
-def test_set_rowwise_swaps_bias_free_layers_and_back_without_touching_weights() -> None:
+def test_the_rowwise_layout_swaps_bias_free_layers_and_back_without_touching_weights() -> None:
     model = nn.Sequential(nn.Embedding(50, K), nn.Linear(K, N, bias=False), nn.Linear(N, 3))
     before = [(name, mx.array(value)) for name, value in tree_flatten(model.parameters())]
-    assert set_rowwise(model, True) == 2
+    assert set_linear(model, "rowwise") == 2
     embed, plain, biased = model.layers
     assert type(embed) is RowwiseEmbedding and type(plain) is RowwiseLinear
     assert type(biased) is nn.Linear  # a bias goes to cuBLASLt even at one row
     x = mx.random.normal((1, 4, K), key=mx.random.key(11))
     assert mx.array_equal(plain(x), project(x, plain.weight)).item()
-    assert set_rowwise(model, True) == 0  # already swapped
-    assert set_rowwise(model, False) == 2
+    assert set_linear(model, "rowwise") == 2 and type(plain) is RowwiseLinear  # set again
+    assert set_linear(model, "matrix") == 0
     assert type(embed) is nn.Embedding and type(plain) is nn.Linear
     after = tree_flatten(model.parameters())
     assert [name for name, _ in after] == [name for name, _ in before]
@@ -66,7 +66,7 @@ def test_set_rowwise_swaps_bias_free_layers_and_back_without_touching_weights() 
 
 def test_a_rowwise_layer_keeps_its_weight_views_until_swapped_back() -> None:
     model = nn.Sequential(nn.Linear(K, N, bias=False))
-    set_rowwise(model, True)
+    set_linear(model, "rowwise")
     (layer,) = model.layers
     x = mx.random.normal((1, 5, K), key=mx.random.key(12))
     first = layer(x)
@@ -76,7 +76,7 @@ def test_a_rowwise_layer_keeps_its_weight_views_until_swapped_back() -> None:
     assert mx.array_equal(first, project(x, layer.weight)).item()  # views made per call
     assert mx.array_equal(layer(x[:, :1]), x[:, :1] @ layer.weight.T).item()
     assert "_operands" not in dict(layer)  # not a parameter
-    set_rowwise(model, False)
+    set_linear(model, "matrix")
     assert "_operands" not in layer.__dict__
 
 
@@ -90,11 +90,11 @@ def test_the_engine_swaps_target_and_drafter_layers_with_its_setting(pair: Pair)
         context_length=2048,
         drafter=pair.drafter,
         block_size=4,
-        rowwise_linear=True,
+        linear="rowwise",
     )
     target_types = {type(m) for m in pair.model.modules()}
     drafter_types = {type(m) for m in pair.drafter.model.modules()}
     assert RowwiseLinear in target_types and RowwiseLinear in drafter_types
-    engine.rowwise_linear = False
+    engine.linear = "matrix"
     assert RowwiseLinear not in {type(m) for m in pair.model.modules()}
     assert RowwiseLinear not in {type(m) for m in pair.drafter.model.modules()}

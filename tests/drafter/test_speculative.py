@@ -61,10 +61,10 @@ def engine_for(
     drafter: Any = None,
     width: int | None = None,
     attention: str = "exact",
-    rowwise: bool = False,
+    linear: str | None = None,
 ) -> Engine:
-    """An engine on the module's pair. The rowwise setting swaps the shared model's
-    layer classes, so each engine made here sets it (off unless asked)."""
+    """An engine on the module's pair. The linear layout swaps the shared model's
+    layer classes, so each engine made here sets it (the device's unless asked)."""
     return Engine(
         pair.model,
         pair.tokenizer,
@@ -73,7 +73,7 @@ def engine_for(
         drafter=drafter,
         block_size=width,
         attention=attention,
-        rowwise_linear=rowwise,
+        linear=linear,
     )
 
 
@@ -150,16 +150,23 @@ def test_a_drafter_with_a_draft_vocabulary_still_equals_classic(pair: Pair) -> N
 
 
 @pytest.mark.parametrize(
-    ("attention", "rowwise"),
-    [("exact", False), ("stable", False), ("stable", True), ("vector", True)],
-    ids=["exact", "stable", "stable-rowwise", "cuda-layout"],
+    ("attention", "linear"),
+    [
+        ("exact", "columns"),
+        ("stable", "columns"),
+        ("stable", "rowwise"),
+        ("vector", "rowwise"),
+        ("exact", "padded"),
+    ],
+    ids=["exact", "stable", "stable-rowwise", "cuda-layout", "mkl-layout"],
 )
 @pytest.mark.parametrize("width", [4, 16])
 def test_real_dflash_drafter_end_to_end_equals_classic(
-    pair: Pair, width: int, attention: str, rowwise: bool
+    pair: Pair, width: int, attention: str, linear: str
 ) -> None:
-    """cuda-layout: vector attention and rowwise products, what CUDA serves with."""
-    speculative = run(engine_for(pair, pair.drafter, width, attention, rowwise), TOKENS)
+    """cuda-layout: vector attention and rowwise products, what CUDA serves with;
+    mkl-layout: padded one-row products, what a CPU under MKL serves with."""
+    speculative = run(engine_for(pair, pair.drafter, width, attention, linear), TOKENS)
     assert speculative == classic(pair, TOKENS)
 
 

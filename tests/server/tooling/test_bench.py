@@ -224,7 +224,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
         "compute_capability": None,
         "quantization": None,
         "attention": "exact",
-        "rowwise_linear": False,
+        "linear": "columns",
         "draft_head_tokens": 16384,
         "exactness": "exact",
         "warm_up_s": None,

@@ -1,0 +1,69 @@
+"""Product layouts (drafter/linear.py): one layout at a time, chosen per device, for
+the target and the drafter together, and a refused name changes nothing."""
+
+from __future__ import annotations
+
+import mlx.nn as nn
+import pytest
+
+from drafter.columns import ColumnsEmbedding
+from drafter.cpu_blas import bound_blas
+from drafter.diagnostics import LINEAR_MODES
+from drafter.linear import LAYOUTS, choose_linear, set_linear
+from drafter.padded import PaddedEmbedding, PaddedLinear
+from drafter.rowwise import RowwiseEmbedding, RowwiseLinear
+from tests.drafter.conftest import Pair
+
+SWAPPED = {"rowwise": RowwiseEmbedding, "padded": PaddedEmbedding, "columns": ColumnsEmbedding}
+
+
+def test_every_named_layout_has_a_table() -> None:
+    assert tuple(LAYOUTS) == LINEAR_MODES
+
+
+def test_on_cpu_the_layout_follows_the_bound_blas() -> None:
+    # The tests run on MLX's CPU backend, in-process, with whichever BLAS pytest's
+    # process bound (MKL only when preloaded).
+    assert choose_linear() == ("padded" if bound_blas() == "mkl" else "columns")
+
+
+@pytest.mark.parametrize("first", LINEAR_MODES)
+@pytest.mark.parametrize("second", LINEAR_MODES)
+def test_a_layout_replaces_the_one_before_it(first: str, second: str) -> None:
+    model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 8, bias=False))
+    embed, linear = model.layers
+    set_linear(model, first)
+    set_linear(model, second)
+    assert type(embed) is SWAPPED.get(second, nn.Embedding)
+    want_linear = {"rowwise": RowwiseLinear, "padded": PaddedLinear}.get(second, nn.Linear)
+    assert type(linear) is want_linear
+    assert "_columns" not in embed.__dict__ and "_operands" not in linear.__dict__
+
+
+def test_an_unknown_layout_is_refused_and_changes_nothing() -> None:
+    model = nn.Sequential(nn.Linear(16, 8, bias=False))
+    set_linear(model, "padded")
+    with pytest.raises(ValueError, match="'sideways' is none of"):
+        set_linear(model, "sideways")
+    assert type(model.layers[0]) is PaddedLinear
+
+
+def test_the_engine_sets_one_layout_for_target_and_drafter(pair: Pair) -> None:
+    from drafter.engine import Engine
+
+    engine = Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=pair.drafter,
+        block_size=4,
+    )
+    assert engine.linear == choose_linear()
+    for mode in LINEAR_MODES:
+        engine.linear = mode
+        assert engine.linear == mode
+        assert type(pair.model.model.embed_tokens) is SWAPPED.get(mode, nn.Embedding)
+        drafter_types = {type(m) for m in pair.drafter.model.modules()}
+        assert (PaddedLinear in drafter_types) == (mode == "padded")
+        assert (RowwiseLinear in drafter_types) == (mode == "rowwise")
