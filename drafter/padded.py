@@ -3,17 +3,19 @@
 A classic decode step runs every linear layer, and the tied LM head, over one row.
 Intel MKL (strict mode, as draftwise runs it: server/blas.py) takes a slower path for
 a one-row product than for a two-row one on the AMD EPYC we measured: SmolLM2-135M's
-feed-forward layers over 30 layers cost 23.0 ms at one row and 13.3 ms at two, the
-whole one-row forward 46 ms against 37-39 ms when each product carries a second row
-of zeros (docs/benchmark_results/cpu-amd-padded-step.md). A row's result never depends
-on the other rows of a product, so the padded row is computed and dropped.
+feed-forward layers cost 23.0 ms at one row and 13.3 ms at two, and with each product
+carrying a second row of zeros a lone one-row forward fell from 52 to 36 ms and the
+round loop's classic step from 42.9 to 38.5 ms (docs/benchmark_results/cpu-amd-padded-step.md).
+A row's product does not depend on the other rows beside it, so the padded row is
+computed and dropped.
 
-The padding changes which kernel rounds a classic row, not what it computes: the
-one-row logits move by at most 3e-5 (float32), below the 4e-5 to 8e-5 by which a
-verify row already differs from a classic one under this BLAS, and the startup
-exactness probe still compares the two paths as served.
+The padding changes which kernel rounds a classic row, not what it computes: under
+this BLAS a verify row already differs from a classic one in the last bits, by at
+most 7.4e-5 in float32 logits with the column head and 7.8e-5 padded (16 of 16 cases
+either way, no argmax flip), and the startup exactness probe compares the two paths as
+served.
 
-The swap is by class, as drafter/rowwise.py does: mlx-lm's model code and the weights
+The swap is by class (drafter/linear.py): mlx-lm's model code and the weights
 are untouched. Layers with a bias keep their class. The tied head multiplies by the
 embedding as it is laid out (no contiguous copy, drafter/columns.py): padded, that is
 the faster of the two under MKL here (3.4 against 5.3 ms at one row), and it saves
