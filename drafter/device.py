@@ -38,8 +38,8 @@ def probe_device() -> Device:
 
 
 def on_cpu() -> bool:
-    """Whether MLX computes on the CPU by default: where a tied LM head multiplies
-    faster by a contiguous transposed copy (drafter/columns.py)."""
+    """Whether MLX computes on the CPU by default: where the BLAS sets how products
+    run best (drafter/linear.py: choose_linear)."""
     return mx.default_device().type == mx.cpu
 
 

@@ -31,9 +31,11 @@ import mlx.nn as nn
 def padded_product(x: mx.array, weight: mx.array) -> mx.array:
     """x @ weight.T; a single row goes in beside a row of zeros and comes out alone.
 
-    x: (..., K) with any leading shape; weight: (N, K)."""
+    x: (..., K) with any leading shape; weight: (N, K). Only float32 products pad: they
+    are the BLAS's; MLX multiplies other dtypes on CPU with its own kernel, where a
+    second row would only double the work."""
     *lead, k = x.shape
-    if any(size != 1 for size in lead):
+    if weight.dtype != mx.float32 or any(size != 1 for size in lead):
         return x @ weight.T
     two_rows = mx.concatenate([x.reshape(1, k), mx.zeros((1, k), dtype=x.dtype)])
     return (two_rows @ weight.T)[:1].reshape(*lead, weight.shape[0])

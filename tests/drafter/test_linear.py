@@ -64,6 +64,7 @@ def test_the_engine_sets_one_layout_for_target_and_drafter(pair: Pair) -> None:
         engine.linear = mode
         assert engine.linear == mode
         assert type(pair.model.model.embed_tokens) is SWAPPED.get(mode, nn.Embedding)
-        drafter_types = {type(m) for m in pair.drafter.model.modules()}
-        assert (PaddedLinear in drafter_types) == (mode == "padded")
-        assert (RowwiseLinear in drafter_types) == (mode == "rowwise")
+        for model in (pair.model, pair.drafter.model):
+            types = {type(m) for m in model.modules()}
+            assert (PaddedLinear in types) == (mode == "padded")
+            assert (RowwiseLinear in types) == (mode == "rowwise")

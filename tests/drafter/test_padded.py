@@ -3,6 +3,8 @@ and equal to the plain one; more rows are plain products."""
 
 from __future__ import annotations
 
+import io
+
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
@@ -27,6 +29,21 @@ def test_more_rows_are_one_plain_product(shape: tuple[int, ...]) -> None:
     x = mx.random.normal(shape, key=mx.random.key(3))
     weight = mx.random.normal((N, K), key=mx.random.key(4))
     assert mx.array_equal(padded_product(x, weight), x @ weight.T).item()
+
+
+def builds_a_padded_row(out: mx.array) -> bool:
+    """Whether `out`'s graph joins a row of zeros to its input (a Concatenate node)."""
+    graph = io.StringIO()
+    mx.export_to_dot(graph, out)
+    return "Concatenate" in graph.getvalue()
+
+
+@pytest.mark.parametrize(("dtype", "padded"), [(mx.float32, True), (mx.bfloat16, False)])
+def test_only_float32_products_are_padded(dtype: mx.Dtype, padded: bool) -> None:
+    # bfloat16 runs MLX's own CPU kernel: a second row would only double its work
+    x = mx.random.normal((1, 1, K), key=mx.random.key(6)).astype(dtype)
+    weight = mx.random.normal((N, K), key=mx.random.key(7)).astype(dtype)
+    assert builds_a_padded_row(padded_product(x, weight)) is padded
 
 
 def test_the_padded_layout_swaps_the_head_and_bias_free_layers_only() -> None:

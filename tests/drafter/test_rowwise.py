@@ -16,7 +16,6 @@ from drafter.rowwise import (
     operands,
     project,
 )
-from tests.drafter.conftest import Pair
 
 K, N = 96, 40
 
@@ -78,23 +77,3 @@ def test_a_rowwise_layer_keeps_its_weight_views_until_swapped_back() -> None:
     assert "_operands" not in dict(layer)  # not a parameter
     set_linear(model, "matrix")
     assert "_operands" not in layer.__dict__
-
-
-def test_the_engine_swaps_target_and_drafter_layers_with_its_setting(pair: Pair) -> None:
-    from drafter.engine import Engine
-
-    engine = Engine(
-        pair.model,
-        pair.tokenizer,
-        model_id="tiny",
-        context_length=2048,
-        drafter=pair.drafter,
-        block_size=4,
-        linear="rowwise",
-    )
-    target_types = {type(m) for m in pair.model.modules()}
-    drafter_types = {type(m) for m in pair.drafter.model.modules()}
-    assert RowwiseLinear in target_types and RowwiseLinear in drafter_types
-    engine.linear = "matrix"
-    assert RowwiseLinear not in {type(m) for m in pair.model.modules()}
-    assert RowwiseLinear not in {type(m) for m in pair.drafter.model.modules()}
