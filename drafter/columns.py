@@ -8,8 +8,8 @@ multiplies a few rows by a contiguous (H, V) matrix in half to two thirds of the
 unchanged (docs/benchmark_results/cpu-draft-head-layout.md; the draft head's rows gave
 scores equal bit for bit). So the head keeps its own transposed copy, made on first
 use, and multiplies by that. The embedding lookup still reads the (V, H) rows. Under
-MKL the padded layout (drafter/padded.py) serves instead: it is faster there without
-the copy.
+MKL on an AMD CPU the padded layout (drafter/padded.py) serves instead: it is faster
+there without the copy.
 
 The cost is memory: one more copy of the embedding (113 MB in float32 for the
 default target). The swap is by class (drafter/linear.py): mlx-lm's model code

@@ -78,6 +78,21 @@ def blas_in_use(maps_path: str = "/proc/self/maps") -> str:
     return f"{kind} ({library}){cnr}"
 
 
+def cpu_vendor(cpuinfo_path: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's vendor id (`AuthenticAMD`, `GenuineIntel`, ...), None where unreadable.
+    MKL takes other kernels on an AMD CPU than on an Intel one (cpu-blas-amd.md), so
+    what pays under it was measured per vendor (drafter/linear.py: choose_linear)."""
+    try:
+        lines = Path(cpuinfo_path).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "vendor_id":
+            return value.strip()
+    return None
+
+
 def _global_symbol_provider(symbol: str) -> str | None:
     """The file that provides `symbol` in the global scope (dlsym(RTLD_DEFAULT) + dladdr)."""
 

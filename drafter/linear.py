@@ -5,8 +5,8 @@ fast depends on the backend and the BLAS behind it, for the one row of a classic
 and the few rows of a verify block alike:
 
 - `rowwise` (CUDA): multi-row products as batched one-row ones (drafter/rowwise.py);
-- `padded` (CPU with MKL): one-row products as two-row ones (drafter/padded.py);
-- `columns` (CPU with another BLAS): the tied head by a contiguous copy (drafter/columns.py);
+- `padded` (CPU with MKL, AMD): one-row products as two-row ones (drafter/padded.py);
+- `columns` (other CPUs): the tied head by a contiguous copy (drafter/columns.py);
 - `matrix`: MLX's own layers as mlx-lm builds them.
 
 Each layout is a table of plain class -> its class. The swap touches `__class__` only:
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import mlx.nn as nn
 
 from drafter import columns, padded, rowwise
-from drafter.cpu_blas import bound_blas
+from drafter.cpu_blas import bound_blas, cpu_vendor
 from drafter.device import on_cpu, on_cuda
 from drafter.diagnostics import LINEAR_MODES
 
@@ -32,6 +32,7 @@ LAYOUTS: dict[str, Mapping[type, type]] = {
     "matrix": {},
 }
 assert tuple(LAYOUTS) == LINEAR_MODES
+AMD = "AuthenticAMD"  # cpu_blas.cpu_vendor
 KEPT = ("_operands", "_columns")  # what swapped layers keep beside their parameters
 
 
@@ -61,10 +62,13 @@ def set_linear(model: nn.Module, mode: str) -> int:
 
 
 def choose_linear() -> str:
-    """The layout where none is asked for: rowwise on CUDA, padded on CPU under MKL,
-    columns on CPU under any other BLAS, matrix elsewhere (Metal)."""
+    """The layout where none is asked for: rowwise on CUDA; on CPU padded under MKL on
+    an AMD CPU, where it was measured to pay (cpu-amd-padded-step.md), else columns
+    (an Intel CPU under MKL is not measured padded: it keeps what it was measured
+    with); matrix elsewhere (Metal)."""
     if on_cuda():
         return "rowwise"
     if on_cpu():
-        return "padded" if bound_blas() == "mkl" else "columns"
+        amd_mkl = bound_blas() == "mkl" and cpu_vendor() == AMD
+        return "padded" if amd_mkl else "columns"
     return "matrix"

@@ -103,7 +103,7 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="how products run (drafter/linear.py): rowwise (multi-row ones as batched "
         "one-row products), padded (one-row ones as two-row products), columns (the tied "
         "head by a contiguous copy), matrix (as mlx-lm builds them), or auto (rowwise on "
-        "CUDA, padded on CPU under MKL, columns on CPU under another BLAS)",
+        "CUDA, padded on an AMD CPU under MKL, columns on other CPUs)",
     )
     parser.add_argument(
         "--heap",

@@ -3,13 +3,15 @@ the target and the drafter together, and a refused name changes nothing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlx.nn as nn
 import pytest
 
 from drafter.columns import ColumnsEmbedding
-from drafter.cpu_blas import bound_blas
+from drafter.cpu_blas import bound_blas, cpu_vendor
 from drafter.diagnostics import LINEAR_MODES
-from drafter.linear import LAYOUTS, choose_linear, set_linear
+from drafter.linear import AMD, LAYOUTS, choose_linear, set_linear
 from drafter.padded import PaddedEmbedding, PaddedLinear
 from drafter.rowwise import RowwiseEmbedding, RowwiseLinear
 from tests.drafter.conftest import Pair
@@ -21,10 +23,26 @@ def test_every_named_layout_has_a_table() -> None:
     assert tuple(LAYOUTS) == LINEAR_MODES
 
 
-def test_on_cpu_the_layout_follows_the_bound_blas() -> None:
+def test_on_cpu_the_layout_follows_the_bound_blas_and_the_vendor() -> None:
     # The tests run on MLX's CPU backend, in-process, with whichever BLAS pytest's
     # process bound (MKL only when preloaded).
-    assert choose_linear() == ("padded" if bound_blas() == "mkl" else "columns")
+    padded = bound_blas() == "mkl" and cpu_vendor() == AMD
+    assert choose_linear() == ("padded" if padded else "columns")
+
+
+@pytest.mark.parametrize(
+    ("text", "vendor"),
+    [
+        ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n", "AuthenticAMD"),
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\n", "GenuineIntel"),
+        ("processor\t: 0\nBogoMIPS\t: 50.00\n", None),  # an ARM host names none
+    ],
+)
+def test_the_cpu_vendor_is_read_from_cpuinfo(tmp_path: Path, text: str, vendor: str | None) -> None:
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    assert cpu_vendor(str(path)) == vendor
+    assert cpu_vendor(str(tmp_path / "missing")) is None
 
 
 @pytest.mark.parametrize("first", LINEAR_MODES)
