@@ -6,6 +6,8 @@ import time
 
 import httpx
 
+from drafter.cpu_blas import cpu_vendor
+from drafter.linear import AMD
 from tests.cpu_entry import CPU_BLAS, CPU_RECORD, CPU_WIDTH
 from tests.e2e.serverproc import ServerProcess
 
@@ -21,6 +23,9 @@ def test_health_reports_model_backend_and_the_width_resolution(server: ServerPro
     assert (speculative["block_size"], speculative["source"]) == (CPU_WIDTH, "policy")
     assert speculative["reason"].startswith(f"cpu {CPU_BLAS} unquantized dflash: measured")
     assert speculative["drafter"] == "none" and speculative["speculative"] is False
+    # How products run under that BLAS on this CPU (drafter/linear.py: choose_linear).
+    padded = CPU_BLAS == "mkl" and cpu_vendor() == AMD
+    assert speculative["linear"] == ("padded" if padded else "columns")
 
 
 def test_models_lists_the_served_model(http: httpx.Client, model_id: str) -> None:
