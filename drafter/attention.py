@@ -1,10 +1,16 @@
-"""Attention for multi-row queries (the verify block, the drafter block), three ways.
+"""How attention runs (the verify block, the drafter block, and on the CPU every
+query), four ways.
 
-- exact: mlx-lm's own path, keys of exact length (CPU, Metal).
+- exact: mlx-lm's own path, keys of exact length (Metal).
+- polyexp: every query of the target and the drafter through drafter/polyexp.py,
+  MLX's attention fallback with an exp that vectorises: the CPU default.
 - stable: the whole 256-row cache buffer under an additive mask, so cuDNN's
   graphs repeat (below).
 - vector: MLX's CUDA vector kernel only, with cuDNN attention switched off
   (below): the CUDA default.
+
+A mode is a cache class (`CACHES`): mlx-lm's attention passes the layer's cache to
+`scaled_dot_product_attention`, which `route_attention` replaces by `dispatch`.
 
 Stable attention.
 
@@ -62,6 +68,8 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+from drafter import polyexp
 
 MAX_STABLE_ROWS = 64  # wider updates (prefill chunks) keep the exact-length path
 STEP = KVCache.step  # mlx-lm grows its buffers by 256 rows
@@ -157,9 +165,13 @@ CUDNN_ENV = "MLX_CUDA_USE_CUDNN_SDPA"
 
 
 class VectorKVCache(KVCache):
-    """A KVCache whose multi-row causal attention goes through `chunked_attention`
-    (mlx-lm's attention passes the cache to `scaled_dot_product_attention`, which
-    `use_vector_attention` routes by the cache's class)."""
+    """A KVCache whose multi-row causal attention goes through `chunked_attention`."""
+
+
+class PolyexpKVCache(KVCache):
+    """A KVCache whose every attention call goes through polyexp.attention."""
+
+    uses_polyexp = True  # what `dispatch` reads (batch.SharedKV copies it)
 
 
 def chunked_attention(
@@ -201,9 +213,10 @@ def folded_attention(queries: mx.array, keys: mx.array, values: mx.array, scale:
     return out.reshape(B, H, L, D)
 
 
-def vector_dispatch(original: Any) -> Any:
-    """mlx-lm's `scaled_dot_product_attention`, with a VectorKVCache's causal verify
-    blocks sent to `chunked_attention`; every other call goes to `original`."""
+def dispatch(original: Any) -> Any:
+    """mlx-lm's `scaled_dot_product_attention`, routed by the layer's cache: a polyexp
+    cache's calls to polyexp.attention, a VectorKVCache's causal verify blocks to
+    `chunked_attention`; every other call to `original`."""
 
     def scaled_dot_product_attention(
         queries: mx.array,
@@ -215,6 +228,8 @@ def vector_dispatch(original: Any) -> Any:
         sinks: mx.array | None = None,
     ) -> mx.array:
         rows = queries.shape[2]
+        if getattr(cache, "uses_polyexp", False) and sinks is None:
+            return polyexp.attention(queries, keys, values, scale, mask)
         if (
             isinstance(cache, VectorKVCache)
             and sinks is None
@@ -230,36 +245,43 @@ def vector_dispatch(original: Any) -> Any:
     return scaled_dot_product_attention
 
 
-def use_vector_attention(model: nn.Module) -> int:
-    """Route the attention of `model`'s mlx-lm architecture modules through
-    `vector_dispatch` (once per module); returns how many modules were routed."""
+def route_attention(model: nn.Module) -> int:
+    """Route the attention of `model`'s mlx-lm architecture modules through `dispatch`
+    (once per module); returns how many modules were routed."""
     routed = 0
     for module in model.modules():
         source = sys.modules.get(type(module).__module__)
         original = getattr(source, "scaled_dot_product_attention", None)
         if original is None or hasattr(original, "original"):
             continue
-        source.scaled_dot_product_attention = vector_dispatch(original)  # type: ignore[union-attr]
+        source.scaled_dot_product_attention = dispatch(original)  # type: ignore[union-attr]
         routed += 1
     return routed
 
 
 def choose_attention() -> str:
-    """The attention mode where none is asked for: vector on CUDA, exact elsewhere.
+    """The attention mode where none is asked for: vector on CUDA, polyexp on the CPU,
+    exact elsewhere (Metal's exp is not the CPU's scalar one).
 
     Vector needs cuDNN attention off. This sets MLX_CUDA_USE_CUDNN_SDPA=0 unless the
     operator set it; MLX reads it at its first attention call, so the loader calls
     this before any forward. An operator's MLX_CUDA_USE_CUDNN_SDPA=1 keeps cuDNN,
     and then stable attention is the mode that pays."""
-    from drafter.device import on_cuda
+    from drafter.device import on_cpu, on_cuda
 
+    if on_cpu():
+        return "polyexp"
     if not on_cuda():
         return "exact"
     os.environ.setdefault(CUDNN_ENV, "0")
     return "vector" if os.environ[CUDNN_ENV] == "0" else "stable"
 
 
-CACHES: dict[str, type[KVCache]] = {"stable": StableKVCache, "vector": VectorKVCache}
+CACHES: dict[str, type[KVCache]] = {
+    "stable": StableKVCache,
+    "vector": VectorKVCache,
+    "polyexp": PolyexpKVCache,
+}
 
 
 def make_cache(model: nn.Module, attention: str) -> list[Any]:
@@ -294,7 +316,7 @@ def reserve(cache: list[Any], prompt_rows: int, new_rows: int) -> None:
     size = whole_steps(prompt_rows + min(new_rows, RESERVE_AHEAD))
     grown = []
     for entry in cache:
-        if type(entry) not in (KVCache, VectorKVCache):
+        if type(entry) not in (KVCache, VectorKVCache, PolyexpKVCache):
             continue
         if entry.keys is None:
             entry.step = size

@@ -34,7 +34,13 @@ import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
 from drafter import rollback
-from drafter.attention import StableKVCache, batch_key_length, right_padded, whole_steps
+from drafter.attention import (
+    PolyexpKVCache,
+    StableKVCache,
+    batch_key_length,
+    right_padded,
+    whole_steps,
+)
 from drafter.decoding import DraftScores, GenerationStats, Token, make_tokens
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
@@ -51,6 +57,7 @@ class SharedKV:
 
     def __init__(self, caches: list[KVCache]) -> None:
         self.stable = isinstance(caches[0], StableKVCache)  # whole 256-row steps
+        self.uses_polyexp = isinstance(caches[0], PolyexpKVCache)  # attention.dispatch reads it
         self.lengths = [cache.offset for cache in caches]
         capacity = whole_steps(max(self.lengths) + 1)
         self.keys = right_padded([c.keys for c in caches], self.lengths, capacity)

@@ -34,8 +34,10 @@ from mlx_lm.models.cache import KVCache
 from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
+from drafter import polyexp
 from drafter.attention import (
     CACHES,
+    PolyexpKVCache,
     StableKVCache,
     VectorKVCache,
     batch_key_length,
@@ -196,6 +198,8 @@ class Attention(nn.Module):
             mask = (mx.arange(width)[None] < mx.array(lengths)[:, None])[:, None, None, :]
         if mask is None and isinstance(caches[0], VectorKVCache):
             out = folded_attention(queries, keys, values, self.scale)
+        elif isinstance(caches[0], PolyexpKVCache):
+            out = polyexp.attention(queries, keys, values, self.scale, mask)
         else:
             out = mx.fast.scaled_dot_product_attention(
                 queries, keys, values, scale=self.scale, mask=mask

@@ -8,8 +8,9 @@ from typing import NotRequired
 
 from typing_extensions import TypedDict  # pydantic reads it (bench) on Python 3.11
 
-ATTENTION_MODES = ("exact", "stable", "vector")  # SpeculativeConfig.attention (attention.py)
-LINEAR_MODES = ("rowwise", "padded", "columns", "matrix")  # SpeculativeConfig.linear (linear.py)
+# SpeculativeConfig.attention (attention.py) and .linear (linear.py)
+ATTENTION_MODES = ("exact", "polyexp", "stable", "vector")
+LINEAR_MODES = ("rowwise", "padded", "columns", "matrix")
 
 
 class ProbeFields(TypedDict):

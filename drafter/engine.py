@@ -14,7 +14,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
-from drafter.attention import choose_attention, make_cache, reserve, use_vector_attention
+from drafter.attention import choose_attention, make_cache, reserve, route_attention
 from drafter.decoding import (
     PREFILL_STEP,
     Drafter,
@@ -77,8 +77,8 @@ class Engine:
     def attention(self, mode: str) -> None:
         if mode not in ATTENTION_MODES:
             raise ValueError(f"attention {mode!r} is none of {ATTENTION_MODES}")
-        if mode == "vector":
-            use_vector_attention(self.model)
+        if mode in ("vector", "polyexp"):
+            route_attention(self.model)
         self._attention = mode
 
     @property

@@ -43,7 +43,7 @@ ARMS = {
 
 def use(arm: str) -> None:
     chunked, call, fetch = ARMS[arm]
-    attention.chunked_attention = chunked  # vector_dispatch looks it up per call
+    attention.chunked_attention = chunked  # attention.dispatch looks it up per call
     dflash.Attention.__call__ = call  # type: ignore[method-assign]
     dflash.Attention.fetch = fetch  # type: ignore[method-assign]
 

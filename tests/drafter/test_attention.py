@@ -1,6 +1,6 @@
-"""Multi-row attention: shape-stable reads see the whole cache buffer, masked, vector
-attention splits causal blocks into chunks and folds unmasked rows into heads, and
-both compute what exact-length keys compute."""
+"""Attention modes: shape-stable reads see the whole cache buffer, masked, vector
+attention splits causal blocks into chunks and folds unmasked rows into heads,
+polyexp caches take drafter/polyexp.py, and all compute what exact-length keys compute."""
 
 from __future__ import annotations
 
@@ -14,17 +14,19 @@ import pytest
 from mlx_lm import load
 from mlx_lm.models.cache import KVCache
 
+from drafter import polyexp
 from drafter.attention import (
     RESERVE_AHEAD,
     VECTOR_ROWS,
+    PolyexpKVCache,
     StableKVCache,
     VectorKVCache,
     chunked_attention,
     folded_attention,
     make_cache,
     reserve,
+    route_attention,
     tail_mask,
-    use_vector_attention,
 )
 from drafter.checkpoints.tiny import write_tiny_model
 
@@ -114,7 +116,7 @@ def test_folded_attention_is_one_unmasked_call_under_grouped_queries(rows: int) 
 
 @pytest.fixture
 def unrouted() -> Iterator[None]:
-    """Undo use_vector_attention's routing of mlx-lm's model modules after a test."""
+    """Undo route_attention's routing of mlx-lm's model modules after a test."""
     saved = {
         name: module.scaled_dot_product_attention
         for name, module in list(sys.modules.items())
@@ -125,34 +127,39 @@ def unrouted() -> Iterator[None]:
         sys.modules[name].scaled_dot_product_attention = function  # type: ignore[attr-defined]
 
 
-def test_vector_routing_is_installed_once_and_leaves_other_caches_alone(
+def test_routing_is_installed_once_and_leaves_other_caches_alone(
     tmp_path: Path, unrouted: None
 ) -> None:
     import mlx_lm.models.qwen3 as qwen3
 
     model, _ = load(str(write_tiny_model(tmp_path / "q", "qwen3", seed=1)))
     original = qwen3.scaled_dot_product_attention
-    assert use_vector_attention(model) == 1
-    assert use_vector_attention(model) == 0  # already routed
+    assert route_attention(model) == 1
+    assert route_attention(model) == 0  # already routed
     routed = qwen3.scaled_dot_product_attention
     assert routed.original is original
     q, k, v = qkv(4, 12, seed=3)
     for cache, mask in ((KVCache(), "causal"), (VectorKVCache(), None)):
         plain = original(q, k, v, cache=cache, scale=0.25, mask=mask)
         assert mx.array_equal(routed(q, k, v, cache=cache, scale=0.25, mask=mask), plain)
+    own = routed(q, k, v, cache=PolyexpKVCache(), scale=0.25, mask="causal")
+    assert mx.array_equal(own, polyexp.attention(q, k, v, 0.25, "causal")).item()
+    assert not mx.array_equal(own, original(q, k, v, cache=None, scale=0.25, mask="causal"))
 
 
-@pytest.mark.parametrize("attention", ["stable", "vector"])
+@pytest.mark.parametrize("attention", ["stable", "vector", "polyexp"])
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5"])
 def test_verify_logits_match_exact_keys(
     tmp_path: Path, kind: str, attention: str, unrouted: None
 ) -> None:
     model, _ = load(str(write_tiny_model(tmp_path / kind, kind, seed=1)))
-    if attention == "vector":
-        use_vector_attention(model)
+    if attention in ("vector", "polyexp"):
+        route_attention(model)
     prompt, block = mx.array([list(range(3, 40))]), mx.array([[5, 9, 2, 7, 11, 4, 8]])
     exact, other = make_cache(model, "exact"), make_cache(model, attention)
-    kind_of = StableKVCache if attention == "stable" else VectorKVCache
+    kind_of = {"stable": StableKVCache, "vector": VectorKVCache, "polyexp": PolyexpKVCache}[
+        attention
+    ]
     assert any(isinstance(c, kind_of) for c in other)
     model(prompt, cache=exact), model(prompt, cache=other)
     want, got = model(block, cache=exact), model(block, cache=other)
@@ -161,21 +168,23 @@ def test_verify_logits_match_exact_keys(
 
 
 @pytest.mark.parametrize(
-    ("cuda", "set_to", "mode", "after"),
+    ("device", "set_to", "mode", "after"),
     [
-        (False, None, "exact", None),  # CPU: nothing is touched
-        (True, None, "vector", "0"),  # CUDA, unset: cuDNN attention off, vector kernel
-        (True, "1", "stable", "1"),  # the operator keeps cuDNN: stable keys pay then
-        (True, "0", "vector", "0"),
+        ("cpu", None, "polyexp", None),  # CPU: its exp is scalar; the cuDNN setting untouched
+        ("metal", None, "exact", None),
+        ("cuda", None, "vector", "0"),  # CUDA, unset: cuDNN attention off, vector kernel
+        ("cuda", "1", "stable", "1"),  # the operator keeps cuDNN: stable keys pay then
+        ("cuda", "0", "vector", "0"),
     ],
 )
 def test_choose_attention_follows_the_device_and_the_operators_cudnn_setting(
-    monkeypatch: pytest.MonkeyPatch, cuda: bool, set_to: str | None, mode: str, after: str | None
+    monkeypatch: pytest.MonkeyPatch, device: str, set_to: str | None, mode: str, after: str | None
 ) -> None:
     import drafter.device
     from drafter.attention import CUDNN_ENV, choose_attention
 
-    monkeypatch.setattr(drafter.device, "on_cuda", lambda: cuda)
+    monkeypatch.setattr(drafter.device, "on_cpu", lambda: device == "cpu")
+    monkeypatch.setattr(drafter.device, "on_cuda", lambda: device == "cuda")
     if set_to is None:
         monkeypatch.delenv(CUDNN_ENV, raising=False)
     else:

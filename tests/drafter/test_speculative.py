@@ -82,8 +82,10 @@ def run(engine: Engine, max_tokens: int, params: SamplingParams | None = None) -
     return [t.id for step in engine.generate(PROMPT, max_tokens, params) for t in step]
 
 
-def classic(pair: Pair, max_tokens: int, params: SamplingParams | None = None) -> list[int]:
-    return run(engine_for(pair), max_tokens, params)
+def classic(
+    pair: Pair, max_tokens: int, params: SamplingParams | None = None, attention: str = "exact"
+) -> list[int]:
+    return run(engine_for(pair, attention=attention), max_tokens, params)
 
 
 def forced(pair: Pair, reference: list[int], agree: int) -> ForcedDrafter:
@@ -106,7 +108,7 @@ def assert_same_cache(spec: list, ref: list) -> None:
             assert mx.allclose(x, y, atol=1e-4, rtol=1e-4).item()
 
 
-@pytest.mark.parametrize("attention", ["exact", "stable", "vector"])
+@pytest.mark.parametrize("attention", ["exact", "stable", "vector", "polyexp"])
 @pytest.mark.parametrize("width", WIDTHS)
 def test_greedy_equals_classic_for_every_acceptance_length(
     pair: Pair, width: int, attention: str
@@ -115,8 +117,9 @@ def test_greedy_equals_classic_for_every_acceptance_length(
     length is exercised, and after every round the target cache equals the cache
     classic decode has after the same tokens. With stable attention the verify
     forward reads the whole cache buffer under a mask; with vector attention (the
-    CUDA default) it attends in chunks of at most 3 rows."""
-    reference = classic(pair, TOKENS + width)
+    CUDA default) it attends in chunks of at most 3 rows; with polyexp (the CPU default)
+    classic decode takes it too, so the reference is classic under the same mode."""
+    reference = classic(pair, TOKENS + width, attention=attention)
     for agree in range(width):
         session = Session(
             engine_for(pair, forced(pair, reference, agree), width, attention),
@@ -156,18 +159,20 @@ def test_a_drafter_with_a_draft_vocabulary_still_equals_classic(pair: Pair) -> N
         ("stable", "columns"),
         ("stable", "rowwise"),
         ("vector", "rowwise"),
-        ("exact", "padded"),
+        ("polyexp", "padded"),
+        ("polyexp", "columns"),
     ],
-    ids=["exact", "stable", "stable-rowwise", "cuda-layout", "mkl-layout"],
+    ids=["exact", "stable", "stable-rowwise", "cuda-layout", "amd-mkl-layout", "cpu-layout"],
 )
 @pytest.mark.parametrize("width", [4, 16])
 def test_real_dflash_drafter_end_to_end_equals_classic(
     pair: Pair, width: int, attention: str, linear: str
 ) -> None:
     """cuda-layout: vector attention and rowwise products, what CUDA serves with;
-    mkl-layout: padded one-row products, what a CPU under MKL serves with."""
+    amd-mkl-layout: polyexp attention and padded one-row products, what an AMD CPU under
+    MKL serves with; cpu-layout: polyexp and column products, other CPUs."""
     speculative = run(engine_for(pair, pair.drafter, width, attention, linear), TOKENS)
-    assert speculative == classic(pair, TOKENS)
+    assert speculative == classic(pair, TOKENS, attention=attention)
 
 
 def test_one_engine_serves_any_width_per_call_and_classic_with_width_none(pair: Pair) -> None:
