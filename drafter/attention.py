@@ -1,9 +1,10 @@
-"""How attention runs (the verify block, the drafter block, and on the CPU every
-query), four ways.
+"""How attention runs (the verify block, the drafter block, on the CPU prefills
+too), four ways.
 
 - exact: mlx-lm's own path, keys of exact length (Metal).
-- polyexp: every query of the target and the drafter through drafter/polyexp.py,
-  MLX's attention fallback with an exp that vectorises: the CPU default.
+- polyexp: the target's and the drafter's multi-row queries through
+  drafter/polyexp.py, MLX's attention with an exp that vectorises (one-row steps
+  and long prefills keep MLX's own): the CPU default.
 - stable: the whole 256-row cache buffer under an additive mask, so cuDNN's
   graphs repeat (below).
 - vector: MLX's CUDA vector kernel only, with cuDNN attention switched off
@@ -169,7 +170,7 @@ class VectorKVCache(KVCache):
 
 
 class PolyexpKVCache(KVCache):
-    """A KVCache whose every attention call goes through polyexp.attention."""
+    """A KVCache whose attention calls go through polyexp.attention."""
 
     uses_polyexp = True  # what `dispatch` reads (batch.SharedKV copies it)
 
@@ -261,7 +262,7 @@ def route_attention(model: nn.Module) -> int:
 
 def choose_attention() -> str:
     """The attention mode where none is asked for: vector on CUDA, polyexp on the CPU,
-    exact elsewhere (Metal's exp is not the CPU's scalar one).
+    exact elsewhere (Metal: its exp never measured here).
 
     Vector needs cuDNN attention off. This sets MLX_CUDA_USE_CUDNN_SDPA=0 unless the
     operator set it; MLX reads it at its first attention call, so the loader calls

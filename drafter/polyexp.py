@@ -18,9 +18,12 @@ form, and 2^n written straight into a float's exponent bits. Its error against
 float64 is under 1e-7 relative over [-87, 0] (MLX's own CPU exp: 3.9e-6).
 
 `attention` is MLX's fallback with that softmax: the same matmuls and masks, so
-only the exponentials round differently. Classic decode and the speculative round
-both go through it (the cache class routes them: drafter/attention.py), so greedy
-output stays byte-identical between them; the startup probe re-proves it.
+only the exponentials round differently. It serves multi-row queries (the verify
+block, the drafter's block, prefills of up to about 240 tokens); a one-row query,
+a classic decode step, keeps MLX's attention (see `attention`). So a verify row and
+the classic step at its position may differ in the last bits of their exps, as
+they already may in their products (MKL on an AMD CPU); the startup exactness probe
+measures the difference and decides whether speculation serves (docs/exactness.md).
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ import mlx.core as mx
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693359375  # 0x3f318000: nine significant bits, so n * LN2_HI is exact
 LN2_LO = -2.12194440e-4  # ln 2 - LN2_HI
+# Scores per request past which `attention` leaves the work to MLX: on the 2-core AMD
+# host the compiled loop ran 250-310 M elements/s on arrays up to about 900k elements
+# and fell to 50-130 M/s (below MLX's own exp) on some larger ones, and a prefill of
+# 400-700 tokens (9 heads x L x L scores a layer) ran 10-30% slower than MLX's.
+MAX_SCORES = 1 << 19
 FLOOR = -87.0  # below this exp(x) < 1.7e-38: taken as exactly 0 (a masked key weighs nothing)
 CEIL = 88.0  # above this exp(x) overflows float32
 # Cephes expf: exp(f) ~ 1 + f + f^2 * P(f), P of degree 5 (coefficients high to low).
@@ -84,9 +92,17 @@ def attention(
 
     queries (B, H, L, D); keys, values (B, Hk, S, D) with H a multiple of Hk. The
     G = H / Hk query heads that share a key head are stacked as one (G * L)-row
-    matmul, as MLX's fallback does."""
+    matmul, as MLX's fallback does.
+
+    A one-row query (a classic decode step) and one of more than MAX_SCORES scores
+    (a long prefill) get MLX's attention itself: a row has too few scores for the exp
+    to matter (9 heads x 600 keys: 0.06 ms a layer by MLX's exp), and the softmax here
+    is five operations where MLX's is one; in process, a one-row step under polyexp
+    made classic decode 5% slower (the 24 held-out prompts, n = 24 pairs)."""
     B, H, L, D = queries.shape
     kv_heads, S = keys.shape[1], keys.shape[2]
+    if L == 1 or H * L * S > MAX_SCORES:
+        return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     group = H // kv_heads
     q = (queries * scale).reshape(B, kv_heads, group * L, D)
     scores = (q @ keys.swapaxes(-1, -2)).reshape(B, kv_heads, group, L, S)

@@ -45,7 +45,7 @@ def masks(rows: int, keys: int) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("rows", [1, 4, 33])
+@pytest.mark.parametrize("rows", [2, 4, 33])
 @pytest.mark.parametrize("mask_name", list(masks(1, 1)))
 def test_attention_equals_mlx_attention_for_every_mask_form(rows: int, mask_name: str) -> None:
     q, k, v = qkv(rows, 40)
@@ -75,3 +75,17 @@ def test_an_unknown_mask_name_is_refused() -> None:
     q, k, v = qkv(2, 5)
     with pytest.raises(ValueError, match="unknown attention mask 'sliding'"):
         polyexp.attention(q, k, v, 0.25, "sliding")
+
+
+def test_past_max_scores_attention_is_mlx_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    q, k, v = qkv(4, 40)  # 6 heads x 4 rows x 40 keys = 960 scores
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
+    assert not mx.array_equal(polyexp.attention(q, k, v, 0.25, "causal"), want).item()
+    monkeypatch.setattr(polyexp, "MAX_SCORES", 959)
+    assert mx.array_equal(polyexp.attention(q, k, v, 0.25, "causal"), want).item()
+
+
+def test_a_one_row_query_is_mlx_attention() -> None:
+    q, k, v = qkv(1, 40)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25)
+    assert mx.array_equal(polyexp.attention(q, k, v, 0.25, None), want).item()
