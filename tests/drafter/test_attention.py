@@ -128,10 +128,11 @@ def unrouted() -> Iterator[None]:
 
 
 def test_routing_is_installed_once_and_leaves_other_caches_alone(
-    tmp_path: Path, unrouted: None
+    tmp_path: Path, unrouted: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import mlx_lm.models.qwen3 as qwen3
 
+    monkeypatch.setattr(polyexp, "MIN_SCORES", 0)  # these queries are small
     model, _ = load(str(write_tiny_model(tmp_path / "q", "qwen3", seed=1)))
     original = qwen3.scaled_dot_product_attention
     assert route_attention(model) == 1
@@ -150,8 +151,9 @@ def test_routing_is_installed_once_and_leaves_other_caches_alone(
 @pytest.mark.parametrize("attention", ["stable", "vector", "polyexp"])
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5"])
 def test_verify_logits_match_exact_keys(
-    tmp_path: Path, kind: str, attention: str, unrouted: None
+    tmp_path: Path, kind: str, attention: str, unrouted: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(polyexp, "MIN_SCORES", 0)  # a tiny model's queries are small
     model, _ = load(str(write_tiny_model(tmp_path / kind, kind, seed=1)))
     if attention in ("vector", "polyexp"):
         route_attention(model)

@@ -10,6 +10,12 @@ import pytest
 from drafter import polyexp
 
 
+@pytest.fixture
+def any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """polyexp for queries of any number of scores (these tests use small ones)."""
+    monkeypatch.setattr(polyexp, "MIN_SCORES", 0)
+
+
 def test_exp_is_within_a_tenth_of_a_millionth_of_float64_exp() -> None:
     x = mx.random.uniform(-87.0, 88.0, (200_000,), key=mx.random.key(0))
     want = np.exp(np.array(x).astype(np.float64))
@@ -47,7 +53,9 @@ def masks(rows: int, keys: int) -> dict[str, object]:
 
 @pytest.mark.parametrize("rows", [2, 4, 33])
 @pytest.mark.parametrize("mask_name", list(masks(1, 1)))
-def test_attention_equals_mlx_attention_for_every_mask_form(rows: int, mask_name: str) -> None:
+def test_attention_equals_mlx_attention_for_every_mask_form(
+    rows: int, mask_name: str, any_size: None
+) -> None:
     q, k, v = qkv(rows, 40)
     mask = masks(rows, 40)[mask_name]
     want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
@@ -56,7 +64,7 @@ def test_attention_equals_mlx_attention_for_every_mask_form(rows: int, mask_name
     assert mx.allclose(got, want, atol=2e-6, rtol=1e-5).item()
 
 
-def test_masked_keys_weigh_exactly_nothing() -> None:
+def test_masked_keys_weigh_exactly_nothing(any_size: None) -> None:
     """Keys past a causal row's position, or hidden by a mask, may hold anything
     (stale rows of a rejected draft): the output must not move by a bit."""
     q, k, v = qkv(4, 20)
@@ -71,21 +79,26 @@ def test_masked_keys_weigh_exactly_nothing() -> None:
     assert not mx.array_equal(moved[..., 1, :], causal[..., 1, :]).item()
 
 
-def test_an_unknown_mask_name_is_refused() -> None:
+def test_an_unknown_mask_name_is_refused(any_size: None) -> None:
     q, k, v = qkv(2, 5)
     with pytest.raises(ValueError, match="unknown attention mask 'sliding'"):
         polyexp.attention(q, k, v, 0.25, "sliding")
 
 
-def test_past_max_scores_attention_is_mlx_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("low", "high"), [(961, 10**6), (0, 959)], ids=["below", "above"])
+def test_outside_its_score_range_attention_is_mlx_attention(
+    monkeypatch: pytest.MonkeyPatch, low: int, high: int
+) -> None:
     q, k, v = qkv(4, 40)  # 6 heads x 4 rows x 40 keys = 960 scores
     want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask="causal")
+    monkeypatch.setattr(polyexp, "MIN_SCORES", 0)
     assert not mx.array_equal(polyexp.attention(q, k, v, 0.25, "causal"), want).item()
-    monkeypatch.setattr(polyexp, "MAX_SCORES", 959)
+    monkeypatch.setattr(polyexp, "MIN_SCORES", low)
+    monkeypatch.setattr(polyexp, "MAX_SCORES", high)
     assert mx.array_equal(polyexp.attention(q, k, v, 0.25, "causal"), want).item()
 
 
-def test_a_one_row_query_is_mlx_attention() -> None:
+def test_a_one_row_query_is_mlx_attention(any_size: None) -> None:
     q, k, v = qkv(1, 40)
     want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25)
     assert mx.array_equal(polyexp.attention(q, k, v, 0.25, None), want).item()
