@@ -3,8 +3,8 @@ too), four ways.
 
 - exact: mlx-lm's own path, keys of exact length (Metal).
 - polyexp: the target's and the drafter's multi-row queries through
-  drafter/polyexp.py, MLX's attention with an exp that vectorises (one-row steps
-  and long prefills keep MLX's own): the CPU default.
+  drafter/polyexp.py, MLX's attention with an exp that vectorises (one-row steps,
+  short contexts and long prefills keep MLX's own): the CPU default.
 - stable: the whole 256-row cache buffer under an additive mask, so cuDNN's
   graphs repeat (below).
 - vector: MLX's CUDA vector kernel only, with cuDNN attention switched off
