@@ -1,10 +1,11 @@
 """How attention runs (the verify block, the drafter block, on the CPU prefills
 too), four ways.
 
-- exact: mlx-lm's own path, keys of exact length (Metal).
+- exact: mlx-lm's own path, keys of exact length (Metal, CPUs other than AMD + MKL).
 - polyexp: the target's and the drafter's multi-row queries through
   drafter/polyexp.py, MLX's attention with an exp that vectorises (one-row steps,
-  short contexts and long prefills keep MLX's own): the CPU default.
+  short contexts and long prefills keep MLX's own): the default on an AMD CPU
+  under MKL (`choose_attention`).
 - stable: the whole 256-row cache buffer under an additive mask, so cuDNN's
   graphs repeat (below).
 - vector: MLX's CUDA vector kernel only, with cuDNN attention switched off
@@ -261,17 +262,21 @@ def route_attention(model: nn.Module) -> int:
 
 
 def choose_attention() -> str:
-    """The attention mode where none is asked for: vector on CUDA, polyexp on the CPU,
-    exact elsewhere (Metal: its exp never measured here).
+    """The attention mode where none is asked for: vector on CUDA; polyexp on an AMD CPU
+    under MKL, where it was measured (cpu-amd-polyexp.md); exact elsewhere. Elsewhere
+    unmeasured, and costly where a prompt's rows come out the same in any forward:
+    polyexp takes some query sizes and not others, so prompt-cache hits of any prefix
+    would stop being exact there (drafter/loading.py falls back to whole chunks).
 
     Vector needs cuDNN attention off. This sets MLX_CUDA_USE_CUDNN_SDPA=0 unless the
     operator set it; MLX reads it at its first attention call, so the loader calls
     this before any forward. An operator's MLX_CUDA_USE_CUDNN_SDPA=1 keeps cuDNN,
     and then stable attention is the mode that pays."""
+    from drafter.cpu_blas import mkl_on_amd
     from drafter.device import on_cpu, on_cuda
 
     if on_cpu():
-        return "polyexp"
+        return "polyexp" if mkl_on_amd() else "exact"
     if not on_cuda():
         return "exact"
     os.environ.setdefault(CUDNN_ENV, "0")

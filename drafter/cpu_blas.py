@@ -93,6 +93,16 @@ def cpu_vendor(cpuinfo_path: str = "/proc/cpuinfo") -> str | None:
     return None
 
 
+AMD = "AuthenticAMD"
+
+
+def mkl_on_amd() -> bool:
+    """Whether products run on MKL on an AMD CPU: the host where the padded layout
+    (drafter/linear.py) and polyexp attention (drafter/attention.py) were measured to
+    pay, and where a prompt's rows already round differently by forward size."""
+    return bound_blas() == "mkl" and cpu_vendor() == AMD
+
+
 def _global_symbol_provider(symbol: str) -> str | None:
     """The file that provides `symbol` in the global scope (dlsym(RTLD_DEFAULT) + dladdr)."""
 

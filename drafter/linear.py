@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import mlx.nn as nn
 
 from drafter import columns, padded, rowwise
-from drafter.cpu_blas import bound_blas, cpu_vendor
+from drafter.cpu_blas import mkl_on_amd
 from drafter.device import on_cpu, on_cuda
 from drafter.diagnostics import LINEAR_MODES
 
@@ -32,7 +32,6 @@ LAYOUTS: dict[str, Mapping[type, type]] = {
     "matrix": {},
 }
 assert tuple(LAYOUTS) == LINEAR_MODES
-AMD = "AuthenticAMD"  # cpu_blas.cpu_vendor
 KEPT = ("_operands", "_columns")  # what swapped layers keep beside their parameters
 
 
@@ -69,6 +68,5 @@ def choose_linear() -> str:
     if on_cuda():
         return "rowwise"
     if on_cpu():
-        amd_mkl = bound_blas() == "mkl" and cpu_vendor() == AMD
-        return "padded" if amd_mkl else "columns"
+        return "padded" if mkl_on_amd() else "columns"
     return "matrix"

@@ -172,7 +172,8 @@ def test_verify_logits_match_exact_keys(
 @pytest.mark.parametrize(
     ("device", "set_to", "mode", "after"),
     [
-        ("cpu", None, "polyexp", None),  # CPU: its exp is scalar; the cuDNN setting untouched
+        ("cpu-amd-mkl", None, "polyexp", None),  # where polyexp was measured to pay
+        ("cpu", None, "exact", None),  # other CPUs; the cuDNN setting untouched
         ("metal", None, "exact", None),
         ("cuda", None, "vector", "0"),  # CUDA, unset: cuDNN attention off, vector kernel
         ("cuda", "1", "stable", "1"),  # the operator keeps cuDNN: stable keys pay then
@@ -182,10 +183,12 @@ def test_verify_logits_match_exact_keys(
 def test_choose_attention_follows_the_device_and_the_operators_cudnn_setting(
     monkeypatch: pytest.MonkeyPatch, device: str, set_to: str | None, mode: str, after: str | None
 ) -> None:
+    import drafter.cpu_blas
     import drafter.device
     from drafter.attention import CUDNN_ENV, choose_attention
 
-    monkeypatch.setattr(drafter.device, "on_cpu", lambda: device == "cpu")
+    monkeypatch.setattr(drafter.cpu_blas, "mkl_on_amd", lambda: device == "cpu-amd-mkl")
+    monkeypatch.setattr(drafter.device, "on_cpu", lambda: device.startswith("cpu"))
     monkeypatch.setattr(drafter.device, "on_cuda", lambda: device == "cuda")
     if set_to is None:
         monkeypatch.delenv(CUDNN_ENV, raising=False)

@@ -9,9 +9,9 @@ import mlx.nn as nn
 import pytest
 
 from drafter.columns import ColumnsEmbedding
-from drafter.cpu_blas import bound_blas, cpu_vendor
+from drafter.cpu_blas import AMD, bound_blas, cpu_vendor
 from drafter.diagnostics import LINEAR_MODES
-from drafter.linear import AMD, LAYOUTS, choose_linear, set_linear
+from drafter.linear import LAYOUTS, choose_linear, set_linear
 from drafter.padded import PaddedEmbedding, PaddedLinear
 from drafter.rowwise import RowwiseEmbedding, RowwiseLinear
 from tests.drafter.conftest import Pair

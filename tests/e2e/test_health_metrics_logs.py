@@ -6,8 +6,7 @@ import time
 
 import httpx
 
-from drafter.cpu_blas import cpu_vendor
-from drafter.linear import AMD
+from drafter.cpu_blas import AMD, cpu_vendor
 from tests.cpu_entry import CPU_BLAS, CPU_RECORD, CPU_WIDTH
 from tests.e2e.serverproc import ServerProcess
 
