@@ -173,7 +173,13 @@ class VectorKVCache(KVCache):
 class PolyexpKVCache(KVCache):
     """A KVCache whose attention calls go through polyexp.attention."""
 
-    uses_polyexp = True  # what `dispatch` reads (batch.SharedKV copies it)
+    uses_polyexp = True  # what `uses_polyexp` reads (batch.SharedKV copies it)
+
+
+def uses_polyexp(cache: Any) -> bool:
+    """Whether a layer's cache (a PolyexpKVCache, or a batch's shared cache built from
+    them) sends its attention to polyexp.attention."""
+    return getattr(cache, "uses_polyexp", False)
 
 
 def chunked_attention(
@@ -230,7 +236,7 @@ def dispatch(original: Any) -> Any:
         sinks: mx.array | None = None,
     ) -> mx.array:
         rows = queries.shape[2]
-        if getattr(cache, "uses_polyexp", False) and sinks is None:
+        if uses_polyexp(cache) and sinks is None:
             return polyexp.attention(queries, keys, values, scale, mask)
         if (
             isinstance(cache, VectorKVCache)

@@ -37,13 +37,13 @@ from mlx_lm.models.rope_utils import initialize_rope
 from drafter import polyexp
 from drafter.attention import (
     CACHES,
-    PolyexpKVCache,
     StableKVCache,
     VectorKVCache,
     batch_key_length,
     folded_attention,
     right_padded,
     tail_mask,
+    uses_polyexp,
 )
 from drafter.decoding import DraftScores
 from drafter.files import read_config, text_config, write_dir_atomically
@@ -198,7 +198,7 @@ class Attention(nn.Module):
             mask = (mx.arange(width)[None] < mx.array(lengths)[:, None])[:, None, None, :]
         if mask is None and isinstance(caches[0], VectorKVCache):
             out = folded_attention(queries, keys, values, self.scale)
-        elif isinstance(caches[0], PolyexpKVCache):
+        elif uses_polyexp(caches[0]):
             out = polyexp.attention(queries, keys, values, self.scale, mask)
         else:
             out = mx.fast.scaled_dot_product_attention(
