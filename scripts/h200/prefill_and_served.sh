@@ -17,13 +17,4 @@ for f in ("prefill-cost.jsonl","prefill-cost-nocache.jsonl"):
             ms=[r["ms"] for r in rows if r["arm"]==arm and r.get("pass")==p]
             if ms: print(arm,p,"median %.2f range %.2f-%.2f n=%d"%(s.median(ms),min(ms),max(ms),len(ms)))
 P
-python3 - <<'P'
-import json
-d=json.load(open("server/tooling/heldout_prompts.json"))
-sel={"prompts":[],"kinds":[]}
-for kind in ("code","prose","chat"):
-    ps=[x for x,k in zip(d["prompts"],d["kinds"]) if k==kind][:4]
-    sel["prompts"]+=ps; sel["kinds"]+=[kind]*len(ps)
-json.dump(sel, open("/root/heldout12.json","w"))
-P
-WIDTHS=8 PROMPTS=/root/heldout12.json NAME=h200-heldout12-w8-s27 bash scripts/h200/served.sh
+WIDTHS=8 PROMPTS=server/tooling/heldout_prompts.json PER_KIND=4 NAME=${NAME:-h200-heldout12-w8} bash scripts/h200/served.sh

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from pathlib import Path
 
 import mlx.core as mx
 from ab import width8_engine
@@ -22,14 +21,11 @@ from ab import width8_engine
 from drafter.decoding import GenerationStats, prefill
 from drafter.sampling import SamplingParams
 from drafter.speculative import Session
+from server.tooling.bench import HELD_OUT_PROMPTS_FILE, read_prompts_file
 
 engine = width8_engine()
 engine.prompt_cache = None
-data = json.loads(Path("server/tooling/heldout_prompts.json").read_text())
-prompts = [
-    [p for p, k in zip(data["prompts"], data["kinds"], strict=True) if k == kind][:4]
-    for kind in ("code", "prose", "chat")
-]
+prompts = read_prompts_file(str(HELD_OUT_PROMPTS_FILE)).first_per_kind(4).prompts
 greedy = SamplingParams()
 
 
@@ -45,16 +41,15 @@ def classic(tokens: list[int]) -> None:
     next(iter(engine.classic_generate(tokens, 1, greedy, ignore_eos=True)))
 
 
-for kind_prompts in prompts:
-    for text in kind_prompts:
-        tokens = engine.tokenizer.encode(text)
-        for arm, run in (("forward", forward), ("speculative", speculative), ("classic", classic)):
-            for repeat in range(3):
-                began = time.perf_counter()
-                run(tokens)
-                ms = 1000 * (time.perf_counter() - began)
-                row = {"arm": arm, "tokens": len(tokens), "pass": repeat, "ms": round(ms, 3)}
-                print(json.dumps(row), flush=True)
+for text in prompts:
+    tokens = engine.tokenizer.encode(text)
+    for arm, run in (("forward", forward), ("speculative", speculative), ("classic", classic)):
+        for repeat in range(3):
+            began = time.perf_counter()
+            run(tokens)
+            ms = 1000 * (time.perf_counter() - began)
+            row = {"arm": arm, "tokens": len(tokens), "pass": repeat, "ms": round(ms, 3)}
+            print(json.dumps(row), flush=True)
 steps: list[float] = []
 tokens = engine.tokenizer.encode("def quicksort(items):")
 for _request in range(3):

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -701,6 +702,18 @@ class PromptsFile:
     prompts: tuple[str, ...]
     kinds: tuple[str, ...] | None = None
 
+    def first_per_kind(self, n: int) -> PromptsFile:
+        """The first n prompts of each kind, in the file's order (--per-kind)."""
+        if self.kinds is None:
+            raise BenchError("--per-kind needs a --prompts-file that names each prompt's kind")
+        taken: Counter[str] = Counter()
+        keep = []
+        for prompt, kind in zip(self.prompts, self.kinds, strict=True):
+            taken[kind] += 1
+            if taken[kind] <= n:
+                keep.append((prompt, kind))
+        return PromptsFile(tuple(p for p, _ in keep), tuple(k for _, k in keep))
+
 
 def read_prompts_file(value: str) -> PromptsFile:
     try:
@@ -740,6 +753,14 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             f'prompts from a JSON file ({{"prompts": [...], "kinds": [...] optional}}), e.g. '
             f"{EVAL_PROMPTS}, {SHORT_PROMPTS_FILE} or {HELD_OUT_PROMPTS_FILE}"
         ),
+    )
+    parser.add_argument(
+        "--per-kind",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="only the first N prompts of each kind of the --prompts-file, e.g. 8 of "
+        "the held-out file's code, prose and chat",
     )
     parser.add_argument("--max-tokens", type=int, default=128, help="token budget per request")
     parser.add_argument("-n", type=int, default=3, help="timed passes per arm")
@@ -791,16 +812,23 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def _prompts(args: argparse.Namespace) -> tuple[str, ...]:
-    from_file = args.prompts_file.prompts if args.prompts_file else ()
-    return tuple(args.prompt or ()) + from_file or DEFAULT_PROMPTS
+def prompts_file(args: argparse.Namespace) -> PromptsFile | None:
+    """The --prompts-file, cut to its first --per-kind prompts of each kind if asked."""
+    if args.per_kind is None:
+        return args.prompts_file
+    if args.prompts_file is None:
+        raise BenchError("--per-kind needs a --prompts-file")
+    return args.prompts_file.first_per_kind(args.per_kind)
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """Raises BenchError for arguments that contradict each other."""
+    from_file = prompts_file(args)
+    prompts = tuple(args.prompt or ()) + (from_file.prompts if from_file else ())
     return BenchConfig(
         widths=tuple(args.widths),
-        prompts=_prompts(args),
-        prompt_kinds=None if args.prompt or not args.prompts_file else args.prompts_file.kinds,
+        prompts=prompts or DEFAULT_PROMPTS,
+        prompt_kinds=None if args.prompt or not from_file else from_file.kinds,
         max_tokens=args.max_tokens,
         n=args.n,
         warmup=args.warmup,
@@ -827,8 +855,8 @@ def print_progress(message: str) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
     try:
+        config = config_from_args(args)
         if args.in_process:
             from server.tooling.bench_inprocess import run_in_process, use_chosen_blas
 
@@ -843,6 +871,16 @@ def run_bench(args: argparse.Namespace) -> int:
     print(render_markdown(record))
     print(f"wrote {md} and {js}", file=sys.stderr)
     return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be at least 1")
+    return value
 
 
 def _widths(text: str) -> tuple[int, ...]:

@@ -94,8 +94,9 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="attention (drafter/attention.py): exact-length keys, polyexp (MLX's "
         "attention with a vectorised exp, drafter/polyexp.py), stable "
         "(whole 256-row buffer, masked), vector (the CUDA vector kernel in chunks), "
-        "or auto (vector on CUDA, polyexp on the CPU). On CUDA, stable pays only with "
-        "cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA=1), vector only with it off (unset or 0)",
+        "or auto (vector on CUDA, polyexp on an AMD CPU under MKL, else exact). On CUDA, "
+        "stable pays only with cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA=1), vector only "
+        "with it off (unset or 0)",
     )
     parser.add_argument(
         "--linear",

@@ -13,7 +13,14 @@ from types import ModuleType
 
 import pytest
 
-from server.tooling.bench import HELD_OUT_PROMPTS_FILE, SHORT_PROMPTS_FILE, read_prompts_file
+from server.cli import build_parser
+from server.tooling.bench import (
+    HELD_OUT_PROMPTS_FILE,
+    SHORT_PROMPTS_FILE,
+    BenchError,
+    config_from_args,
+    read_prompts_file,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -52,6 +59,48 @@ def test_the_held_out_prompts_file_is_the_splits_first_prompts_of_each_kind() ->
     assert served == make_train_data().held_out_file(per_kind)
     assert sorted(set(served["kinds"])) == ["chat", "code", "prose"]
     assert [served["kinds"].count(kind) for kind in ("prose", "chat")] == [per_kind, per_kind]
+
+
+def test_per_kind_benches_the_held_out_splits_first_n_prompts_of_each_kind() -> None:
+    args = build_parser().parse_args(
+        ["bench", "--prompts-file", str(HELD_OUT_PROMPTS_FILE), "--per-kind", "3"]
+    )
+    config = config_from_args(args)
+    expected = make_train_data().held_out_file(3)
+    assert list(config.prompts) == expected["prompts"]
+    assert list(config.prompt_kinds or ()) == expected["kinds"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "problem"),
+    [
+        ([], "--per-kind needs a --prompts-file"),
+        (["--prompt", "def f():"], "--per-kind needs a --prompts-file"),
+    ],
+)
+def test_per_kind_without_a_prompts_file_is_an_error_naming_it(
+    extra: list[str], problem: str
+) -> None:
+    args = build_parser().parse_args(["bench", "--per-kind", "2", *extra])
+    with pytest.raises(BenchError, match=problem):
+        config_from_args(args)
+
+
+def test_per_kind_needs_a_prompts_file_that_names_kinds(tmp_path: Path) -> None:
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps({"prompts": ["a", "b"]}))
+    args = build_parser().parse_args(["bench", "--prompts-file", str(path), "--per-kind", "1"])
+    with pytest.raises(BenchError, match="--per-kind needs a --prompts-file that names"):
+        config_from_args(args)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_per_kind_below_one_stops_the_command_naming_it(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["bench", "--per-kind", value])
+    assert "--per-kind" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
