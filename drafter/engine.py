@@ -14,6 +14,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
+from drafter.activation import choose_activation, set_activation
 from drafter.attention import choose_attention, make_cache, reserve, route_attention
 from drafter.decoding import (
     PREFILL_STEP,
@@ -53,6 +54,7 @@ class Engine:
         block_size: int | None = None,
         attention: str | None = None,
         linear: str | None = None,
+        activation: str | None = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -64,6 +66,8 @@ class Engine:
         self.attention = choose_attention() if attention is None else attention
         # How the products run (drafter/linear.py); None: choose_linear().
         self.linear = choose_linear() if linear is None else linear
+        # The target's feed-forward SwiGLU (drafter/activation.py); None: choose_activation().
+        self.activation = choose_activation() if activation is None else activation
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
         # Size each request's KV buffers at its prefill (drafter/attention.py: reserve);
         # off: mlx-lm's growth by 256 rows mid-request (`draftwise profile --kv grown`).
@@ -96,6 +100,16 @@ class Engine:
         if self.drafter is not None:
             self.drafter.set_linear(mode)
         self._linear = mode
+
+    @property
+    def activation(self) -> str:
+        return self._activation
+
+    @activation.setter
+    def activation(self, mode: str) -> None:
+        """The target's feed-forward layers with the `mode` SwiGLU (drafter/activation.py)."""
+        set_activation(self.model, mode)
+        self._activation = mode
 
     def make_cache(self) -> list[Any]:
         return make_cache(self.model, self.attention)

@@ -107,6 +107,7 @@ class Loaded:
             quantization=self.quantization,
             attention=self.engine.attention,
             linear=self.engine.linear,
+            activation=self.engine.activation,
             draft_head_tokens=None if drafter is None else drafter.head_tokens,
             exactness=self.exactness,
             warm_up_s=None if self.warmed is None else self.warmed.seconds,

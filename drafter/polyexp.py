@@ -81,6 +81,20 @@ def exp(x: mx.array) -> mx.array:
     return mantissa * bits.view(mx.float32)
 
 
+# silu(gate) * x = gate * x / (1 + exp(-gate)), given exp(-gate)'s two factors
+_swiglu_tail = mx.compile(
+    lambda gate, x, mantissa, power: gate * x / (1.0 + mantissa * power), shapeless=True
+)
+
+
+def swiglu(gate: mx.array, x: mx.array) -> mx.array:
+    """mlx-lm's `swiglu`, silu(gate) * x, with `exp` above (drafter/activation.py). Past
+    |gate| = 87 exp(-gate) is clamped, where silu(gate) is gate or 0 to float32's
+    precision. Elementwise: a row's output does not depend on the rows beside it."""
+    mantissa, bits = _compiled(-gate)
+    return _swiglu_tail(gate, x, mantissa, bits.view(mx.float32))
+
+
 def softmax(scores: mx.array) -> mx.array:
     """softmax over the last axis, float32."""
     e = exp(scores - mx.max(scores, axis=-1, keepdims=True))

@@ -35,7 +35,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from drafter.diagnostics import ATTENTION_MODES, LINEAR_MODES  # no MLX: the CLI parser stays light
+from drafter.diagnostics import (
+    ACTIVATION_MODES,
+    ATTENTION_MODES,
+    LINEAR_MODES,
+)  # no MLX: the CLI parser stays light
 
 if TYPE_CHECKING:
     from drafter.decoding import GenerationStats
@@ -50,6 +54,7 @@ class WidthProfile:
     backend: str
     attention: str
     linear: str
+    activation: str
     heap: str  # frozen (as served: drafter.loading.freeze_heap) or collected
     warm_up_s: float | None  # the server's startup warm-up (--warm-up), or None: not run
     rounds: int
@@ -106,6 +111,13 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         "one-row products), padded (one-row ones as two-row products), columns (the tied "
         "head by a contiguous copy), matrix (as mlx-lm builds them), or auto (rowwise on "
         "CUDA, padded on an AMD CPU under MKL, columns on other CPUs)",
+    )
+    parser.add_argument(
+        "--activation",
+        choices=("auto", *ACTIVATION_MODES),
+        default="auto",
+        help="the target's feed-forward SwiGLU (drafter/activation.py): mlx (mlx-lm's), "
+        "polyexp (with a vectorised exp), or auto (polyexp on the CPU, mlx elsewhere)",
     )
     parser.add_argument(
         "--heap",
@@ -175,6 +187,8 @@ def run_profile(args: argparse.Namespace) -> int:
     if args.linear != "auto":
         loaded.engine.linear = args.linear
     linear = loaded.engine.linear
+    if args.activation != "auto":
+        loaded.engine.activation = args.activation
     loaded.engine.reserve_kv = args.kv == "reserved"
     # After the attention and linear choices, as the server warms what it will serve.
     warmed = warm_up(loaded.engine) if args.warm_up else None
@@ -184,6 +198,7 @@ def run_profile(args: argparse.Namespace) -> int:
             loaded.engine, width, prompt, args.max_tokens, args.repeats, args.requests
         )
         result.backend, result.attention, result.linear = loaded.device.backend, attention, linear
+        result.activation = loaded.engine.activation
         result.heap, result.kv = args.heap, args.kv
         if warmed is not None:
             result.warm_up_s, result.warm_up_unmet = warmed.seconds, warmed.unmet
@@ -326,6 +341,7 @@ def profile_width(
         backend="",
         attention="",
         linear="",
+        activation="",
         heap="",
         warm_up_s=None,
         rounds=rounds,
@@ -351,7 +367,8 @@ def profile_width(
 def table_row(p: WidthProfile) -> str:
     stages = " ".join(f"{k}={v:.2f}" for k, v in p.stages_ms.items())
     return (
-        f"width {p.width} [{p.backend}, {p.attention} keys, {p.linear} linear, {p.heap} heap]: "
+        f"width {p.width} [{p.backend}, {p.attention} keys, {p.linear} linear, "
+        f"{p.activation} activation, {p.heap} heap]: "
         f"round {p.round_ms:.2f} ms warm "
         f"({p.round_ms_cold:.1f} cold, max {p.max_round_ms:.1f}, "
         f"{p.rounds_over_2x_median} over 2x median) | verify {p.verify_ms:.2f} + draft "

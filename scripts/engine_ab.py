@@ -1,4 +1,5 @@
-"""In-process A/B of two attention modes (drafter/attention.py) on whole requests.
+"""In-process A/B of two modes of one engine setting on whole requests: --knob attention
+(drafter/attention.py), linear (drafter/linear.py) or activation (drafter/activation.py).
 
 One loaded engine (the default pair unless --model/--draft-model say otherwise); for
 each prompt of a bench prompts file the two modes run in AB/BA order (alternating per
@@ -9,7 +10,7 @@ and how many requests' tokens differ between the modes (rounding may move a toke
 
 On the CPU run it as `draftwise` runs (MKL preloaded):
   LD_PRELOAD=.venv/lib/libmkl_rt.so.3 MKL_CBWR=AUTO,STRICT \
-    .venv/bin/python scripts/attention_ab.py --prompts-file P --modes polyexp,exact
+    .venv/bin/python scripts/engine_ab.py --prompts-file P --knob attention --modes polyexp,exact
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from drafter.speculative import Session
 from server.settings import ServeSettings
 
 GREEDY = SamplingParams()
+KNOBS = ("attention", "linear", "activation")  # Engine properties that take a mode
 
 
 def timed(run: Any) -> tuple[float, Any]:
@@ -62,6 +64,7 @@ def measure(engine: Engine, tokens: list[int], width: int, max_tokens: int) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts-file", type=Path, required=True)
+    parser.add_argument("--knob", choices=KNOBS, default="attention")
     parser.add_argument("--modes", default="polyexp,exact")
     parser.add_argument("--width", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=64)
@@ -86,13 +89,13 @@ def main() -> None:
     ]
     rows: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
     for mode in modes:  # untimed: each mode's first shapes and compiles
-        engine.attention = mode
+        setattr(engine, args.knob, mode)
         measure(engine, prompts[0], args.width, 8)
     turn = 0
     for pass_ in range(args.passes):
         for index, tokens in enumerate(prompts):
             for mode in modes if turn % 2 == 0 else modes[::-1]:
-                engine.attention = mode
+                setattr(engine, args.knob, mode)
                 row = measure(engine, tokens, args.width, args.max_tokens)
                 rows[mode].append(row)
                 short = {k: v for k, v in row.items() if k not in ("classic", "speculative")}

@@ -1,0 +1,84 @@
+"""The feed-forward activation on the CPU: SwiGLU with polyexp's exp.
+
+mlx-lm's feed-forward layers compute `down_proj(swiglu(gate_proj(x), up_proj(x)))`,
+where `swiglu` (mlx_lm/models/activations.py) is `silu(gate) * x`. On the CPU MLX's
+sigmoid takes its exp one element at a time: on the Intel VM of
+docs/benchmark_results/cpu-polyexp-swiglu.md, SmolLM2-135M's 30 activations took
+130 ms of a 156-token prefill's 434 ms and 2.9 ms of a 64 ms one-row step;
+`polyexp.swiglu` (the same function with drafter/polyexp.py's vectorised exp) took
+39 ms and 1.2 ms.
+
+Two modes (`ACTIVATION_MODES`): "mlx" leaves the layers as they are; "polyexp" gives
+every module whose class's `__call__` calls mlx-lm's `swiglu` a subclass whose
+`__call__` is the same code with that one name bound to `polyexp.swiglu`. mlx-lm's
+code runs as written, nothing process-wide changes, and swapping the class back
+restores it. The CPU's default is polyexp (`choose_activation`); on a GPU the
+activation is one vectorised kernel already.
+
+The activation is elementwise, so a row's output does not depend on the rows beside
+it: a verify row and a classic step still get the same bits wherever their products
+do (tests/drafter/test_activation.py), and prompt-cache hits stay exact.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+import mlx.nn as nn
+from mlx_lm.models.activations import swiglu as mlx_swiglu
+
+from drafter import polyexp
+from drafter.capture import Call, hooked_class
+from drafter.diagnostics import ACTIVATION_MODES
+
+_MADE: set[type] = set()  # the hooked classes this module made
+
+
+def calls_mlx_swiglu(cls: type) -> bool:
+    """Whether `cls.__call__` reads the global name `swiglu`, bound to mlx-lm's."""
+    call = next((vars(c)["__call__"] for c in cls.__mro__ if "__call__" in vars(c)), None)
+    code = getattr(call, "__code__", None)
+    if code is None or "swiglu" not in code.co_names:
+        return False
+    return call.__globals__.get("swiglu") is mlx_swiglu  # type: ignore[union-attr]
+
+
+def with_polyexp_swiglu(original: Call) -> Call:
+    """`original` over a copy of its module's globals in which `swiglu` is polyexp's."""
+    scope: dict[str, Any] = {**original.__globals__, "swiglu": polyexp.swiglu}  # type: ignore[attr-defined]
+    return types.FunctionType(  # type: ignore[return-value]
+        original.__code__,  # type: ignore[attr-defined]
+        scope,
+        original.__name__,
+        original.__defaults__,  # type: ignore[attr-defined]
+        original.__closure__,  # type: ignore[attr-defined]
+    )
+
+
+def set_activation(model: nn.Module, mode: str) -> int:
+    """Put `model`'s feed-forward layers in the `mode` activation, from whichever they
+    were in; returns how many modules changed class."""
+    if mode not in ACTIVATION_MODES:
+        raise ValueError(f"activation {mode!r} is none of {ACTIVATION_MODES}")
+    changed = 0
+    for module in model.modules():
+        cls = type(module)
+        plain = cls.__mro__[1] if cls in _MADE else cls
+        if not calls_mlx_swiglu(plain):
+            continue
+        target = plain
+        if mode == "polyexp":
+            target = hooked_class(plain, "Polyexp", with_polyexp_swiglu)
+            _MADE.add(target)
+        if target is not cls:
+            module.__class__ = target
+            changed += 1
+    return changed
+
+
+def choose_activation() -> str:
+    """The activation where none is asked for: polyexp on the CPU, mlx elsewhere."""
+    from drafter.device import on_cpu
+
+    return "polyexp" if on_cpu() else "mlx"
