@@ -8,6 +8,7 @@ environment: the caller passes the variables it wants the policy to see.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ import mlx.core as mx
 from mlx_lm import load as mlx_lm_load
 
 from drafter.decoding import PREFILL_STEP
-from drafter.device import probe_device, quantization_of
+from drafter.device import on_cpu, probe_device, quantization_of
 from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine
@@ -132,7 +133,8 @@ def default_prompt_cache_bytes() -> int:
 
 def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
     """A load's last steps, after the probe and warm-up: the prompt cache goes on (so it
-    starts empty) and, in a serving process, the loaded heap is frozen (freeze_heap)."""
+    starts empty) and, in a serving process, the loaded heap is frozen (freeze_heap) and,
+    on the CPU, freed memory is kept for reuse (keep_freed_memory)."""
     max_bytes = options.prompt_cache_bytes
     size = default_prompt_cache_bytes() if max_bytes is None else max_bytes
     engine.prompt_cache = None
@@ -143,6 +145,8 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
         engine.prompt_cache = PromptCache(size, 1 if exact else PREFILL_STEP)
     if options.freeze_heap:
         freeze_heap()
+        if on_cpu():
+            keep_freed_memory()
 
 
 def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> DefaultPair:
@@ -233,6 +237,33 @@ def freeze_heap() -> None:
     ones stay, which is why this is for processes that load once (not test suites)."""
     gc.collect()
     gc.freeze()
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (glibc's malloc.h)
+MMAP_THRESHOLD = 32 << 20  # the most glibc takes for it on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX)
+TRIM_THRESHOLD = 1 << 30
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed memory for the next allocation; returns whether it took it.
+
+    On the CPU MLX takes every array from malloc. glibc serves a block past its mmap
+    threshold (128 kB, rising with use up to 32 MB) with a fresh mapping and unmaps it
+    on free, and returns a heap's free top past its trim threshold to the kernel; either
+    way the next such array is faulted in page by page. A 1,000-token prefill makes 6 MB
+    temporaries in every layer: on an Intel VM its prefill took 6.9-7.0 s with polyexp's
+    SwiGLU (four temporaries where mlx-lm's makes one) and 6.1 s with these settings
+    (docs/benchmark_results/cpu-polyexp-swiglu.md). Arrays up to 32 MB then come from
+    the heap, and up to 1 GiB of freed heap stays mapped: the process keeps what its
+    largest forward needed. A C library without mallopt (musl) is left as it is."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
 
 
 def serves_speculation(mode: str, probe: ProbeResult) -> bool:
