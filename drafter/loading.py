@@ -134,7 +134,7 @@ def default_prompt_cache_bytes() -> int:
 def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
     """A load's last steps, after the probe and warm-up: the prompt cache goes on (so it
     starts empty) and, in a serving process, the loaded heap is frozen (freeze_heap) and,
-    on the CPU, freed memory is kept for reuse (keep_freed_memory)."""
+    on the CPU with polyexp's SwiGLU, freed memory is kept for reuse (keep_freed_memory)."""
     max_bytes = options.prompt_cache_bytes
     size = default_prompt_cache_bytes() if max_bytes is None else max_bytes
     engine.prompt_cache = None
@@ -145,7 +145,7 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
         engine.prompt_cache = PromptCache(size, 1 if exact else PREFILL_STEP)
     if options.freeze_heap:
         freeze_heap()
-        if on_cpu():
+        if on_cpu() and engine.activation == "polyexp":
             keep_freed_memory()
 
 

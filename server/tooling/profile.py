@@ -117,7 +117,8 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=("auto", *ACTIVATION_MODES),
         default="auto",
         help="the target's feed-forward SwiGLU (drafter/activation.py): mlx (mlx-lm's), "
-        "polyexp (with a vectorised exp), or auto (polyexp on the CPU, mlx elsewhere)",
+        "polyexp (with a vectorised exp; a serving process then keeps freed memory), or "
+        "auto (mlx: drafter/activation.py says why)",
     )
     parser.add_argument(
         "--heap",

@@ -70,6 +70,7 @@ def engine_for(
     width: int | None = None,
     attention: str = "exact",
     linear: str | None = None,
+    activation: str | None = None,
 ) -> Engine:
     """An engine on the module's pair. The linear layout swaps the shared model's
     layer classes, so each engine made here sets it (the device's unless asked)."""
@@ -82,6 +83,7 @@ def engine_for(
         block_size=width,
         attention=attention,
         linear=linear,
+        activation=activation,
     )
 
 
@@ -181,6 +183,13 @@ def test_real_dflash_drafter_end_to_end_equals_classic(
     MKL serves with; cpu-layout: polyexp and column products, other CPUs."""
     speculative = run(engine_for(pair, pair.drafter, width, attention, linear), TOKENS)
     assert speculative == classic(pair, TOKENS, attention=attention)
+
+
+@pytest.mark.parametrize("width", [4, 16])
+def test_with_polyexps_swiglu_speculation_equals_classic_under_it(pair: Pair, width: int) -> None:
+    """The activation is elementwise, so verify rows and classic steps keep equal bits."""
+    speculative = run(engine_for(pair, pair.drafter, width, activation="polyexp"), TOKENS)
+    assert speculative == run(engine_for(pair, activation="polyexp"), TOKENS)
 
 
 def test_one_engine_serves_any_width_per_call_and_classic_with_width_none(pair: Pair) -> None:

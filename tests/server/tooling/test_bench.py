@@ -225,7 +225,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
         "quantization": None,
         "attention": "exact",
         "linear": "columns",
-        "activation": "polyexp",
+        "activation": "mlx",
         "draft_head_tokens": 16384,
         "exactness": "exact",
         "warm_up_s": None,
