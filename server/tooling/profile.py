@@ -117,8 +117,9 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=("auto", *ACTIVATION_MODES),
         default="auto",
         help="the target's feed-forward SwiGLU (drafter/activation.py): mlx (mlx-lm's), "
-        "polyexp (with a vectorised exp; a serving process then keeps freed memory), or "
-        "auto (mlx: drafter/activation.py says why)",
+        "polyexp (with a vectorised exp; pair it with MALLOC_MMAP_THRESHOLD_=33554432 "
+        "MALLOC_TRIM_THRESHOLD_=1073741824 for long prompts: drafter/loading.py, "
+        "keep_freed_memory), or auto (mlx: drafter/activation.py says why)",
     )
     parser.add_argument(
         "--heap",
