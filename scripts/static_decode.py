@@ -152,7 +152,7 @@ class StaticDecoder:
         logits = self._forward(ids, positions, keys, values, 0, mask)
         next_pos = positions[:, -1] + 1
         out = torch.empty((b, new_tokens), dtype=torch.long, device=dev)
-        eos = torch.tensor(eos_ids, device=dev)
+        eos = torch.tensor(eos_ids, dtype=torch.long, device=dev)  # (): decode to new_tokens
         done = torch.zeros(b, dtype=torch.bool, device=dev)
         for t in range(new_tokens):
             token = choose(logits, temperature, generator)

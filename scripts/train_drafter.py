@@ -190,6 +190,11 @@ def user_turn_prefix(tokenizer: Any, history: tuple[str, ...]) -> str:
     return text[: text.rindex(marker)]
 
 
+def until_eos(ids: list[int]) -> list[int]:
+    """A continuation up to and including its first EOS (all of it if it has none)."""
+    return ids[: next((i + 1 for i, t in enumerate(ids) if t in EOS_IDS), len(ids))]
+
+
 def greedy_continuations(
     decoder: StaticDecoder,
     prompts: list[list[int]],
@@ -199,10 +204,12 @@ def greedy_continuations(
     deadline: float,
     seed: int = 0,
     temperature: float = 0.0,
+    past_eos: bool = False,
 ) -> list[tuple[list[int], list[int]] | None]:
     """Per prompt, in order: (prompt ids, continuation ids up to and incl. the first
-    EOS), or None where the deadline came first. Greedy (the labels), or sampled at
-    `temperature` (the target writing user turns).
+    EOS, or all `new_tokens` of them with `past_eos`), or None where the deadline came
+    first. Greedy (the labels), or sampled at `temperature` (the target writing user
+    turns).
 
     Batches are runs of prompts of similar length (little padding), taken in a seeded
     random order, so a deadline cuts across all lengths rather than dropping the long
@@ -223,11 +230,15 @@ def greedy_continuations(
             ids[row, width - len(p) :] = torch.tensor(p)
             pad[row, width - len(p) :] = False
         gen = decoder.generate(
-            ids.to(device), pad.to(device), new_tokens, EOS_IDS, temperature, sampler
+            ids.to(device),
+            pad.to(device),
+            new_tokens,
+            () if past_eos else EOS_IDS,
+            temperature,
+            sampler,
         ).tolist()
         for i, p, g in zip(chunk_index, chunk, gen, strict=True):
-            cut = next((i + 1 for i, t in enumerate(g) if t in EOS_IDS), len(g))
-            out[i] = (p, g[:cut])
+            out[i] = (p, g if past_eos else until_eos(g))
     return out
 
 
@@ -268,15 +279,25 @@ def self_chat(
     first = user_turns([()] * count)
     first_pairs = label(first)
     third = len(first) // 3
-    answers = [
-        tokenizer.decode(pair[1][:-1]).strip() if pair and pair[1][-1] in EOS_IDS else ""
-        for pair in first_pairs
-    ]
+    ended = [until_eos(pair[1]) if pair else [] for pair in first_pairs]
+    answers = [tokenizer.decode(g[:-1]).strip() if g and g[-1] in EOS_IDS else "" for g in ended]
     histories: list[tuple[str, ...]] = [
         (p.text, a) for p, a in zip(first[:third], answers[:third], strict=True) if a
     ]
     second = user_turns(histories) + other_forms(first, answers, rng)
     return labelled_only(first + second, first_pairs + label(second))
+
+
+def keep_past_eos(pairs: list[Pair], share: float, seed: int) -> list[Pair]:
+    """Labels that ran past EOS, cut there except in a seeded `share` of them.
+
+    A client that sets `ignore_eos` (benchmarks, fixed-length evaluation) is served
+    what the target writes after its EOS: for the 135M target, a fresh
+    `<|im_start|>system ... user` turn of its own. Labels cut at the first EOS never
+    show the drafter that text, and a short answer read past its end is then mostly
+    rejected drafts."""
+    rng = random.Random(seed + 5)
+    return [(p, g if rng.random() < share else until_eos(g)) for p, g in pairs]
 
 
 def labelled_only(
@@ -1001,6 +1022,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the temperature it writes them at (at 1 the 135M target's openings are "
         "often not English)",
     )
+    p.add_argument(
+        "--past-eos-share",
+        type=float,
+        default=0.0,
+        help="share of training labels kept past their first EOS, to --new-tokens (0: none)",
+    )
     p.add_argument("--user-turn-tokens", type=int, default=48, help="a written user turn's cap")
     p.add_argument("--init", type=Path, default=None, help="start from this drafter dir's weights")
     p.add_argument("--eval-per-kind", type=int, default=64)
@@ -1057,7 +1084,12 @@ def make_data(
     log(static_decode_check(target, decoder, check, device), records)
 
     def continue_ids(
-        encoded: list[list[int]], new_tokens: int, deadline: float, temperature: float, what: str
+        encoded: list[list[int]],
+        new_tokens: int,
+        deadline: float,
+        temperature: float,
+        what: str,
+        past_eos: bool = False,
     ) -> list[Pair | None]:
         began = time.perf_counter()
         pairs = greedy_continuations(
@@ -1069,6 +1101,7 @@ def make_data(
             deadline,
             args.seed,
             temperature,
+            past_eos,
         )
         new = sum(len(pair[1]) for pair in pairs if pair)
         seconds = time.perf_counter() - began
@@ -1084,13 +1117,18 @@ def make_data(
         )
         return pairs
 
+    past_eos = args.past_eos_share > 0  # training labels run past EOS; `keep_past_eos` cuts
+
     def generate(
-        items: list[Prompt], deadline: float, encoded: list[list[int]] | None = None
+        items: list[Prompt],
+        deadline: float,
+        encoded: list[list[int]] | None = None,
+        past_eos: bool = False,
     ) -> tuple[list, list[str]]:
         """Greedy labels for `items` (`encoded`: their ids, when encoded beforehand)."""
         if encoded is None:
             encoded = encode(items, tokenizer, args.max_prompt_tokens)
-        pairs = continue_ids(encoded, args.new_tokens, deadline, 0.0, "labels")
+        pairs = continue_ids(encoded, args.new_tokens, deadline, 0.0, "labels", past_eos)
         done = [(pair, p.kind) for pair, p in zip(pairs, items, strict=True) if pair]
         return [pair for pair, _ in done], [kind for _, kind in done]
 
@@ -1098,7 +1136,7 @@ def make_data(
         if not items:
             return []
         encoded = encode(items, tokenizer, args.max_prompt_tokens)
-        return continue_ids(encoded, args.new_tokens, float("inf"), 0.0, "chat labels")
+        return continue_ids(encoded, args.new_tokens, float("inf"), 0.0, "chat labels", past_eos)
 
     def sampler(temperature: float) -> Sample:
         def sample(texts: list[str]) -> list[list[int] | None]:
@@ -1134,8 +1172,16 @@ def make_data(
         log({"event": "self_prose", "prompts": len(proses), "examples": examples}, records)
         written, written_pairs = chats + proses, chat_pairs + prose_pairs  # by the target
         # The windows get what the budget leaves.
-        raw_pairs, raw_kinds = generate(train_prompts, deadline, train_encoded)
-        train_pairs = written_pairs + raw_pairs
+        raw_pairs, raw_kinds = generate(train_prompts, deadline, train_encoded, past_eos)
+        train_pairs = keep_past_eos(written_pairs + raw_pairs, args.past_eos_share, args.seed)
+        log(
+            {
+                "event": "past_eos",
+                "share": args.past_eos_share,
+                "tokens": sum(len(g) - len(until_eos(g)) for _, g in train_pairs),
+            },
+            records,
+        )
         train_kinds = [p.kind for p in written] + raw_kinds
         if not train_pairs:
             raise SystemExit(
