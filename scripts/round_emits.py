@@ -2,7 +2,8 @@
 
 A served sweep reports acceptance as one mean per prompt. This shows what the mean hides:
 how many rounds accept no draft at all (they emit only the target's own token) and how
-many accept the whole block. Greedy, EOS ignored, as the sweep runs; the default pair
+many accept the whole block, and what the rounds up to each prompt's first EOS accept
+apart from those past it. Greedy, EOS ignored, as the sweep runs; the default pair
 unless --model / --draft-model name another; the BLAS the server would choose.
 
     .venv/bin/python scripts/round_emits.py --width 8 --tokens 64 \\
@@ -36,19 +37,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def _per_round(emits: list[int], width: int) -> dict[str, float]:
+    return {
+        "rounds": len(emits),
+        "no_draft_accepted": round(sum(e == 1 for e in emits) / max(len(emits), 1), 3),
+        "all_accepted": round(sum(e == width for e in emits) / max(len(emits), 1), 3),
+        "tokens_per_round": round(sum(emits) / max(len(emits), 1), 3),
+    }
+
+
+def before_eos(row: dict[str, Any]) -> list[int]:
+    """A prompt's rounds up to the one that emitted its first EOS, the prefill's left out.
+    Past the EOS (the sweep ignores it) the target writes text a client that stops there
+    never sees."""
+    end = row["eos_round"] + 1 if row["eos_round"] is not None else len(row["emitted"])
+    return row["emitted"][1:end]
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per kind: rounds, the share that accepted no draft, the share that accepted all,
-    and tokens per round. The prefill's first token is not a round."""
-    out = {}
+    and tokens per round, over all rounds and over those up to each prompt's first EOS;
+    then, as a served sweep reports acceptance, the mean over prompts of each prompt's
+    tokens per round (`per_prompt`), both ways. The prefill's first token is not a round."""
+    out: dict[str, dict[str, Any]] = {}
     width = rows[0]["width"]
+
+    def mean(values: list[float]) -> float | None:
+        return round(sum(values) / len(values), 3) if values else None
+
+    def per_prompt(chosen: list[dict[str, Any]]) -> dict[str, float | None]:
+        all_rounds = [sum(r["emitted"][1:]) / max(len(r["emitted"]) - 1, 1) for r in chosen]
+        early = [sum(e) / len(e) for r in chosen if (e := before_eos(r))]
+        return {"all": mean(all_rounds), "before_eos": mean(early)}
+
     for kind in dict.fromkeys(r["kind"] for r in rows):
-        emits = [e for r in rows if r["kind"] == kind for e in r["emitted"][1:]]
-        out[kind] = {
-            "rounds": len(emits),
-            "no_draft_accepted": round(sum(e == 1 for e in emits) / len(emits), 3),
-            "all_accepted": round(sum(e == width for e in emits) / len(emits), 3),
-            "tokens_per_round": round(sum(emits) / len(emits), 3),
-        }
+        chosen = [r for r in rows if r["kind"] == kind]
+        out[kind] = _per_round([e for r in chosen for e in r["emitted"][1:]], width)
+        out[kind]["before_eos"] = _per_round([e for r in chosen for e in before_eos(r)], width)
+        out[kind]["per_prompt"] = per_prompt(chosen)
+    out["all"] = {"per_prompt": per_prompt(rows)}
     return out
 
 
@@ -80,8 +107,12 @@ def main(argv: list[str] | None = None) -> None:
             prompt, args.tokens, SamplingParams(), GenerationStats(), True, args.width
         )
         emitted = [len(tokens) for tokens in rounds]
-        rows.append({"kind": kind, "width": args.width, "prompt": text, "emitted": emitted})
-        print(kind, emitted, flush=True)
+        eos_round = next(
+            (i for i, r in enumerate(rounds) if any(t.id in engine.eos_ids for t in r)), None
+        )
+        row = {"kind": kind, "width": args.width, "prompt": text, "emitted": emitted}
+        rows.append({**row, "eos_round": eos_round})
+        print(kind, emitted, "first EOS in round", eos_round, flush=True)
     result = {"summary": summary(rows), "prompts": rows}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))

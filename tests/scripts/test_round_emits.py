@@ -32,11 +32,19 @@ def test_every_round_is_counted_and_the_summary_is_per_kind(tmp_path: Path) -> N
     for row in record["prompts"]:
         assert sum(row["emitted"]) == 10
         assert all(1 <= n <= 4 for n in row["emitted"])
-    assert set(record["summary"]) == {"code", "prose"}
+    assert set(record["summary"]) == {"code", "prose", "all"}
     code = record["summary"]["code"]
     rounds = sum(len(r["emitted"]) - 1 for r in record["prompts"] if r["kind"] == "code")
     assert code["rounds"] == rounds
     assert 0.0 <= code["no_draft_accepted"] <= 1.0 and code["tokens_per_round"] >= 1.0
+    for row in record["prompts"]:  # a random tiny model: an EOS may come anywhere or never
+        assert row["eos_round"] is None or 0 <= row["eos_round"] < len(row["emitted"])
+    early = [r for r in record["prompts"] if r["kind"] == "code"]
+    ends = [len(r["emitted"]) if r["eos_round"] is None else r["eos_round"] + 1 for r in early]
+    early_rounds = sum(end - 1 for end in ends)
+    assert code["before_eos"]["rounds"] == early_rounds
+    per_prompt = [sum(r["emitted"][1:]) / (len(r["emitted"]) - 1) for r in record["prompts"]]
+    assert record["summary"]["all"]["per_prompt"]["all"] == round(sum(per_prompt) / 3, 3)
 
 
 def test_a_malformed_prompts_file_stops_it_naming_the_file(tmp_path: Path) -> None:
