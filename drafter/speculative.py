@@ -312,8 +312,10 @@ class Session:
                 current.target, current.draft_logprobs, draft_list, self.chooser
             )
         self.mark("sync")
-        self.record(n, current.width)
         tokens = self.truncate(draft_list[:n] + [next_token], budget)
+        # Drafts past the token budget or an EOS were accepted but never emitted: the
+        # counters leave them out, so acceptance length is tokens emitted per round.
+        self.record(min(n, len(tokens) - 1), current.width)
         kept = len(tokens)  # the anchor and the emitted drafts
         if current.ckpt is not None:
             rollback.rollback(self.cache, current.ckpt, kept, current.width)

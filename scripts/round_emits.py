@@ -103,8 +103,10 @@ def main(argv: list[str] | None = None) -> None:
     rows: list[dict[str, Any]] = []
     for kind, text in zip(kinds, spec.prompts, strict=True):
         prompt = engine.tokenizer.encode(text)
-        rounds = engine.generate(
-            prompt, args.tokens, SamplingParams(), GenerationStats(), True, args.width
+        rounds = list(
+            engine.generate(
+                prompt, args.tokens, SamplingParams(), GenerationStats(), True, args.width
+            )
         )
         emitted = [len(tokens) for tokens in rounds]
         eos_round = next(

@@ -287,6 +287,18 @@ def test_stats_count_rounds_drafts_and_accepted_positions(pair: Pair) -> None:
     assert stats.acceptance_length == 3.0
 
 
+def test_drafts_cut_by_the_token_budget_are_not_counted_as_accepted(pair: Pair) -> None:
+    reference = classic(pair, 40)
+    stats = GenerationStats()
+    engine = engine_for(pair, forced(pair, reference, agree=2), 5)
+    out = [t.id for s in engine.generate(PROMPT, 15, SamplingParams(), stats) for t in s]
+    assert len(out) == 15
+    # 1 prefill token, 4 rounds of 3 tokens, then a round cut to 2 of its 3: both of its
+    # accepted drafts were emitted, but a round's last emitted token counts as its own.
+    assert (stats.rounds, stats.accepted) == (5, 9)
+    assert stats.acceptance_length == pytest.approx(14 / 5)
+
+
 def test_sampling_with_a_seed_is_reproducible(pair: Pair) -> None:
     params = SamplingParams(temperature=0.8, top_p=0.9, seed=7)
     engine = engine_for(pair, pair.drafter, 4)
