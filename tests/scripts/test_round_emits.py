@@ -57,3 +57,19 @@ def test_a_malformed_prompts_file_stops_it_naming_the_file(tmp_path: Path) -> No
     assert result.returncode == 2
     assert f"--prompts-file {prompts}" in result.stderr and "'kinds'" in result.stderr
     assert not (tmp_path / "rounds.json").exists()
+
+
+def test_the_summary_counts_rounds_up_to_each_prompts_first_eos() -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    from round_emits import summary
+
+    rows = [  # round 0 is the prefill's token, never counted
+        {"kind": "chat", "width": 4, "emitted": [1, 4, 2, 1, 1], "eos_round": 2},
+        {"kind": "chat", "width": 4, "emitted": [1, 3, 3], "eos_round": None},
+    ]
+    chat = summary(rows)["chat"]
+    assert chat["rounds"] == 6 and chat["tokens_per_round"] == round(14 / 6, 3)
+    assert chat["before_eos"]["rounds"] == 4  # [4, 2] and [3, 3]
+    assert chat["before_eos"]["tokens_per_round"] == 3.0
+    assert chat["before_eos"]["all_accepted"] == 0.25
+    assert chat["per_prompt"] == {"all": round((8 / 4 + 3.0) / 2, 3), "before_eos": 3.0}
