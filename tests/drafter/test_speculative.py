@@ -275,28 +275,27 @@ def test_reported_logprobs_match_classic(pair: Pair) -> None:
         assert list(a.top_logprobs) == list(b.top_logprobs)
 
 
-def test_stats_count_rounds_drafts_and_accepted_positions(pair: Pair) -> None:
+@pytest.mark.parametrize(
+    ("tokens", "accepted", "by_position"),
+    [
+        # 1 prefill token, then 5 rounds of 2 accepted drafts + 1 target token.
+        (16, 10, [5, 5, 0, 0]),
+        # The last round is cut to 2 of its 3 tokens: both were accepted drafts, but a
+        # round's last emitted token counts as its own, so acceptance = tokens a round.
+        (15, 9, [5, 4, 0, 0]),
+    ],
+)
+def test_stats_count_rounds_drafts_and_the_accepted_drafts_emitted(
+    pair: Pair, tokens: int, accepted: int, by_position: list[int]
+) -> None:
     reference = classic(pair, 40)
     stats = GenerationStats()
     engine = engine_for(pair, forced(pair, reference, agree=2), 5)
-    out = [t.id for s in engine.generate(PROMPT, 16, SamplingParams(), stats) for t in s]
-    assert len(out) == 16
-    # 1 prefill token, then 5 rounds of 2 accepted drafts + 1 target token.
-    assert (stats.block_size, stats.rounds, stats.drafted, stats.accepted) == (5, 5, 20, 10)
-    assert stats.accepted_per_position == [5, 5, 0, 0]
-    assert stats.acceptance_length == 3.0
-
-
-def test_drafts_cut_by_the_token_budget_are_not_counted_as_accepted(pair: Pair) -> None:
-    reference = classic(pair, 40)
-    stats = GenerationStats()
-    engine = engine_for(pair, forced(pair, reference, agree=2), 5)
-    out = [t.id for s in engine.generate(PROMPT, 15, SamplingParams(), stats) for t in s]
-    assert len(out) == 15
-    # 1 prefill token, 4 rounds of 3 tokens, then a round cut to 2 of its 3: both of its
-    # accepted drafts were emitted, but a round's last emitted token counts as its own.
-    assert (stats.rounds, stats.accepted) == (5, 9)
-    assert stats.acceptance_length == pytest.approx(14 / 5)
+    out = [t.id for s in engine.generate(PROMPT, tokens, SamplingParams(), stats) for t in s]
+    assert len(out) == tokens
+    assert (stats.block_size, stats.rounds, stats.drafted, stats.accepted) == (5, 5, 20, accepted)
+    assert stats.accepted_per_position == by_position
+    assert stats.acceptance_length == pytest.approx((tokens - 1) / 5)
 
 
 def test_sampling_with_a_seed_is_reproducible(pair: Pair) -> None:
