@@ -29,10 +29,8 @@ import mlx.nn as nn
 from mlx_lm.models.activations import swiglu as mlx_swiglu
 
 from drafter import polyexp
-from drafter.capture import Call, hooked_class
+from drafter.capture import Call, hooked_class, original_class
 from drafter.diagnostics import ACTIVATION_MODES
-
-_MADE: set[type] = set()  # the hooked classes this module made
 
 
 def calls_mlx_swiglu(cls: type) -> bool:
@@ -64,13 +62,12 @@ def set_activation(model: nn.Module, mode: str) -> int:
     changed = 0
     for module in model.modules():
         cls = type(module)
-        plain = cls.__mro__[1] if cls in _MADE else cls
+        plain = original_class(cls, "Polyexp")
         if not calls_mlx_swiglu(plain):
             continue
         target = plain
         if mode == "polyexp":
             target = hooked_class(plain, "Polyexp", with_polyexp_swiglu)
-            _MADE.add(target)
         if target is not cls:
             module.__class__ = target
             changed += 1

@@ -31,6 +31,12 @@ def hooked_class(cls: type, prefix: str, hook: Callable[[Call], Call]) -> type:
     return _HOOKED[key]
 
 
+def original_class(cls: type, prefix: str) -> type:
+    """The class `hooked_class` made `cls` from with `prefix`; `cls` itself if it made
+    no such class (undoing a hook: `module.__class__ = original_class(...)`)."""
+    return next((orig for (p, orig), sub in _HOOKED.items() if sub is cls and p == prefix), cls)
+
+
 class Tap:
     """Where one tapped layer writes its latest output (a plain object, so
     nn.Module keeps it out of the parameter tree)."""
@@ -100,10 +106,10 @@ def installed(model: nn.Module, layer_ids: list[int]) -> Capture:
 
 def remove(model: nn.Module) -> None:
     """Restore the tapped layers' original classes."""
-    originals = {sub: cls for (prefix, cls), sub in _HOOKED.items() if prefix == "Captured"}
     for layer in model.layers:
-        if type(layer) in originals:
-            layer.__class__ = originals[type(layer)]
+        original = original_class(type(layer), "Captured")
+        if original is not type(layer):
+            layer.__class__ = original
             del layer._draftwise_tap
     if getattr(model, "_draftwise_capture", None) is not None:
         model._draftwise_capture = None
