@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     spec = args.prompts_file  # read and checked as draftwise bench reads it
     kinds = spec.kinds or ("all",) * len(spec.prompts)
     rows: list[dict[str, Any]] = []
+    eos_ids = engine.eos_ids
     for kind, text in zip(kinds, spec.prompts, strict=True):
         prompt = engine.tokenizer.encode(text)
         rounds = list(
@@ -109,9 +110,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         )
         emitted = [len(tokens) for tokens in rounds]
-        eos_round = next(
-            (i for i, r in enumerate(rounds) if any(t.id in engine.eos_ids for t in r)), None
-        )
+        eos_round = next((i for i, r in enumerate(rounds) if any(t.id in eos_ids for t in r)), None)
         row = {"kind": kind, "width": args.width, "prompt": text, "emitted": emitted}
         rows.append({**row, "eos_round": eos_round})
         print(kind, emitted, "first EOS in round", eos_round, flush=True)

@@ -369,7 +369,7 @@ def static_decode_check(
             eos_token_id=list(EOS_IDS),
         )[0, len(p) :].tolist()
         ours = ours[0].tolist()[: len(ref)]
-        cut = next((i + 1 for i, t in enumerate(ref) if t in EOS_IDS), len(ref))
+        cut = len(until_eos(ref))
         same += ours[:cut] == ref[:cut]
     return {"event": "static_decode_check", "prompts": len(prompts), "identical": same}
 
