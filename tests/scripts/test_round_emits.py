@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
 
@@ -59,8 +61,10 @@ def test_a_malformed_prompts_file_stops_it_naming_the_file(tmp_path: Path) -> No
     assert not (tmp_path / "rounds.json").exists()
 
 
-def test_the_summary_counts_rounds_up_to_each_prompts_first_eos() -> None:
-    sys.path.insert(0, str(REPO / "scripts"))
+def test_the_summary_counts_rounds_up_to_each_prompts_first_eos(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # undone after the test
     from round_emits import summary
 
     rows = [  # round 0 is the prefill's token, never counted
