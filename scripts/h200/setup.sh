@@ -28,7 +28,7 @@ bf16_target() {
 start_training() {
   local dir=$1 seed=$2
   shift 2
-  mkdir -p $dir
+  mkdir -p $dir && : > $dir/stdout.txt  # follow.sh looks for it at once
   setsid nohup python3 scripts/train_drafter.py --gguf $GGUF --target-dir $BF16 \
     --out $dir --site --layers ${LAYERS:-5} --gen-batch 2048 ${INIT:+--init $INIT} \
     --seed $seed --lr $LR --self-chat $SELF_CHAT --data-seconds $DATA_S \

@@ -16,7 +16,8 @@
 # That needs BUDGET_S (the script's whole run, its evaluation included) plus about 30 s
 # (payload, target dir) under WAIT_S, and WAIT_S under the call's 600 s. Prefer it to a
 # run spanning calls: if the hold lapses between calls, the run is lost with the machine
-# (session 12 lost one that way).
+# (sessions 12 and 31 lost one that way; scripts/h200/follow.sh, the second call of such a
+# run, stops at once on a fresh machine).
 # BRING names the depths that come back (e.g. "6"; default all of LAYERS): with two
 # depths trained side by side, bring one, or fetch the other in a second call.
 # RUN names the run's folder under /root/keep (default "train"; it holds the run's data,
@@ -29,15 +30,5 @@ D=/root/keep/${RUN:-train}
 INIT=${INIT-drafter/default_pair}
 : ${LR:=5e-4} ${SELF_CHAT:=28000} ${DATA_S:=380} ${BUDGET_S:=1100}
 start_training $D ${SEED:-0} --split-mib 15.5
-while [ $SECONDS -lt ${WAIT_S:-560} ]; do
-  sleep 5; grep -q '"event": "done"\|Traceback' $D/stdout.txt && break
-done
-if grep -q '"event": "done"' $D/stdout.txt; then
-  for d in $(cd $D && ls -d drafter-L*); do
-    case " ${BRING:-${LAYERS:-5}} " in
-      *" ${d#drafter-L} "*) mkdir -p $OUT/$d && cp $D/$d/* $OUT/$d/ ;;
-    esac
-  done
-  cp $D/train_log.json $OUT/
-fi
-grep -v Warning $D/stdout.txt | cut -c1-600 | tail -40
+# Follow the run for what is left of WAIT_S (counted from this call's start).
+WAIT_S=$(( ${WAIT_S:-560} - SECONDS )) bash scripts/h200/follow.sh
