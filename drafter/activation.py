@@ -80,6 +80,6 @@ def choose_activation() -> str:
     In process polyexp made prefills 16% and width-4 requests 3% faster on an Intel CPU,
     but served both decode paths ran 7-9% slower with it (and the kept heap) than
     without, on the same host within the hour (cpu-polyexp-swiglu.md); until that is
-    understood it is an option (`Engine(activation="polyexp")`, `draftwise profile
-    --activation polyexp`), not the default."""
+    understood it is an option (`draftwise serve --activation polyexp`, `Engine(activation=
+    "polyexp")`, `draftwise profile --activation polyexp`), not the default."""
     return "mlx"

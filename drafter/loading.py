@@ -64,6 +64,7 @@ class LoadOptions:
     warm_up: bool = True
     prompt_cache_bytes: int | None = None  # None: a share of the machine's memory; 0: off
     prompt_cache_hits: str = "exact"  # exact | any (drafter/prompt_cache.py)
+    activation: str | None = None  # mlx | polyexp (drafter/activation.py); None: its choice
     freeze_heap: bool = False  # a serving process: see freeze_heap()
 
 
@@ -195,6 +196,7 @@ def load_engine(options: LoadOptions) -> Loaded:
         context_length=context_length(target_path),
         drafter=drafter if speculative else None,
         block_size=resolution.width if speculative else None,
+        activation=options.activation if device.backend == "cpu" else None,
     )
     if not speculative:
         exactness = "off" if options.exactness == "off" else "n/a"

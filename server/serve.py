@@ -42,6 +42,7 @@ def load_options(
         dtype=settings.dtype,
         prompt_cache_bytes=settings.prompt_cache_bytes,
         prompt_cache_hits=settings.prompt_cache_hits,
+        activation=None if settings.activation == "auto" else settings.activation,
         freeze_heap=True,
     )
 

@@ -205,7 +205,17 @@ class ServeSettings(BaseSettings):
         "rounding",
     )
 
-    @field_validator("log_level", "exactness", "dtype", "prompt_cache_hits", mode="before")
+    activation: Literal["auto", "mlx", "polyexp"] = setting(
+        "auto",
+        scope="worker",
+        help="the target's feed-forward SwiGLU on the CPU: mlx (mlx-lm's), polyexp (with a "
+        "vectorised exp: cheaper prefills; freed memory is kept for reuse), or auto "
+        "(mlx for now: drafter/activation.py says why); a GPU ignores it",
+    )
+
+    @field_validator(
+        "log_level", "exactness", "dtype", "prompt_cache_hits", "activation", mode="before"
+    )
     @classmethod
     def _lowercase(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value

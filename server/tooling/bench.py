@@ -2,7 +2,8 @@
 
 Arms: classic decode (`--draft-model none`) first, each width in between
 (`--draft-block-size N`; with `--compare-drafter`, each width a second time with that
-drafter), classic again last as the drift control. Each arm is
+drafter; with `--compare-server-arg`, classic and each width a second time with those
+flags), classic again last as the drift control. Each arm is
 a fresh `draftwise serve` process started and stopped here; every request is a
 streaming `/v1/completions` at temperature 0 with `ignore_eos`, so every arm
 emits the same number of tokens. One warm-up pass is discarded, then n passes
@@ -463,8 +464,13 @@ def _describe_run(run: Run, config: BenchConfig) -> str:
 
 def sweep_plan(config: BenchConfig) -> list[ArmPlan]:
     """Classic first and last; each width in between, right after it the same width with
-    the compare drafter and then with the compare server flags, when there are."""
+    the compare drafter and then with the compare server flags, when there are. Server
+    flags may change classic decode too (a dtype, the activation), so with them classic
+    runs once more with them, right after the first classic arm."""
     middle = []
+    if config.compare_server_args:
+        extra = config.compare_server_args
+        middle.append(ArmPlan(f"classic ({shlex.join(extra)})", None, server_args=extra))
     for width in config.widths:
         middle.append(ArmPlan(arm_label(width), width))
         if config.compare_drafter:
@@ -804,9 +810,9 @@ def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="ARG",
-        help="repeatable: every width also runs with these extra serve arguments, in the "
-        "same sweep (labelled 'width N (ARGS)'), e.g. --compare-server-arg=--dtype "
-        "--compare-server-arg=bfloat16",
+        help="repeatable: classic and every width also run with these extra serve "
+        "arguments, in the same sweep (labelled 'classic (ARGS)', 'width N (ARGS)'), e.g. "
+        "--compare-server-arg=--dtype --compare-server-arg=bfloat16",
     )
     parser.set_defaults(func=run_bench)
     return parser

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from drafter.activation import choose_activation
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
 from drafter.loading import LoadOptions, load_engine
@@ -65,6 +66,23 @@ def test_a_load_checks_its_prompt_cache_hits_and_reports_their_step(tmp_path: Pa
     assert loaded.speculative_config()["prompt_cache_step"] == 1
     off = load_engine(LoadOptions(tmp_path / "cache", str(target), "none", prompt_cache_bytes=0))
     assert off.speculative_config()["prompt_cache_step"] is None
+
+
+@pytest.mark.parametrize("asked", [None, "mlx", "polyexp"])
+def test_a_load_puts_the_target_in_the_activation_asked_for(
+    tmp_path: Path, asked: str | None
+) -> None:
+    """None leaves the choice to choose_activation; the engine reports the mode in
+    force and the target's feed-forward layers are in it."""
+    target = write_tiny_model(tmp_path / "target", "qwen3")
+    options = LoadOptions(tmp_path / "cache", str(target), "none", activation=asked)
+    engine = load_engine(options).engine
+    expected = choose_activation() if asked is None else asked
+    assert engine.activation == expected
+    feed_forward = [m for m in engine.model.modules() if type(m).__name__.endswith("MLP")]
+    assert feed_forward
+    hooked = [type(m).__name__.startswith("Polyexp") for m in feed_forward]
+    assert all(hooked) if expected == "polyexp" else not any(hooked)
 
 
 FAULTS_PER_CALL = """

@@ -83,6 +83,19 @@ def test_a_bad_flag_is_named_as_the_flag() -> None:
     assert "--max-queue-depth='0'" in line
 
 
+def test_the_activation_is_auto_mlx_or_polyexp_and_a_bad_one_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert ServeSettings().activation == "auto"
+    monkeypatch.setenv("DRAFTWISE_ACTIVATION", "PolyExp")
+    assert ServeSettings().activation == "polyexp"
+    monkeypatch.setenv("DRAFTWISE_ACTIVATION", "gelu")
+    with pytest.raises(ValidationError) as raised:
+        ServeSettings()
+    line = settings_error_line(raised.value, {}, {"DRAFTWISE_ACTIVATION": "gelu"})
+    assert line.startswith("error: invalid setting DRAFTWISE_ACTIVATION='gelu'")
+
+
 def test_the_source_of_a_setting_is_the_flag_first_then_the_first_variable_set() -> None:
     environ = {"LLAMA_ARG_MODEL": "/a", "DRAFTWISE_MODEL": "/b"}
     assert source_of("model", {"model": "/c"}, environ) == "--model"

@@ -173,18 +173,20 @@ def test_a_compare_drafter_runs_each_width_again_right_after_it_with_that_drafte
     assert [a.label for a in sweep_plan(BenchConfig(widths=(4,)))][1:-1] == ["width 4"]
 
 
-def test_compare_server_args_run_each_width_again_with_those_flags_last() -> None:
+def test_compare_server_args_run_classic_and_each_width_again_with_those_flags_last() -> None:
     extra = ("--dtype", "bfloat16")
     config = BenchConfig(widths=(4, 8), server_args=("--log-level", "debug"))
     config = replace(config, compare_server_args=extra)
     plan = sweep_plan(config)
     assert [arm.label for arm in plan] == [
-        "classic (first)",
+        "classic (first)", "classic (--dtype bfloat16)",
         "width 4", "width 4 (--dtype bfloat16)",
         "width 8", "width 8 (--dtype bfloat16)",
         "classic (last)",
     ]  # fmt: skip
-    plain, compared = (serve_command(config, arm, 9000) for arm in plan[1:3])
+    classic, plain, compared = (serve_command(config, arm, 9000) for arm in plan[1:4])
+    assert classic[classic.index("--draft-model") + 1] == "none"
+    assert classic[-4:] == ["--log-level", "debug", "--dtype", "bfloat16"]
     assert plain[-2:] == ["--log-level", "debug"]
     assert compared[-4:] == ["--log-level", "debug", "--dtype", "bfloat16"]
 
@@ -470,7 +472,12 @@ def test_a_sweep_compares_server_flags_at_the_same_width_in_one_pass(
     config = tiny_sweep(root, widths=(3,), warmup=0, compare_server_args=extra, interleave=True)
     record = run_sweep(config, lambda _: None)
     arms = record["arms"]
-    assert [a["label"] for a in arms][1:3] == ["width 3", "width 3 (--exactness off)"]
-    assert [a["served"]["exactness"] for a in arms[1:3]] == ["exact", "off"]
+    assert [a["label"] for a in arms][1:4] == [
+        "classic (--exactness off)",
+        "width 3",
+        "width 3 (--exactness off)",
+    ]
+    assert [a["served"]["exactness"] for a in arms[2:4]] == ["exact", "off"]
+    assert arms[1]["width"] is None and arms[1]["verdict"] is None
     assert all(a["identical_to_classic"] for a in arms)
     assert record["setup"]["compare_server_args"] == list(extra)
