@@ -12,8 +12,7 @@ Two modes (`ACTIVATION_MODES`): "mlx" leaves the layers as they are; "polyexp" g
 every module whose class's `__call__` calls mlx-lm's `swiglu` a subclass whose
 `__call__` is the same code with that one name bound to `polyexp.swiglu`. mlx-lm's
 code runs as written, nothing process-wide changes, and swapping the class back
-restores it. The default is mlx (`choose_activation` says why); on a GPU the
-activation is one vectorised kernel already.
+restores it. `choose_activation` says which is the default where.
 
 The activation is elementwise, so a row's output does not depend on the rows beside
 it: a verify row and a classic step still get the same bits wherever their products
@@ -75,11 +74,16 @@ def set_activation(model: nn.Module, mode: str) -> int:
 
 
 def choose_activation() -> str:
-    """The activation where none is asked for: mlx everywhere, for now.
+    """The activation where none is asked for: polyexp on an Intel CPU, where it was
+    measured; mlx elsewhere (a GPU's activation is one vectorised kernel already; an
+    AMD CPU is unmeasured).
 
-    In process polyexp made prefills 16% and width-4 requests 3% faster on an Intel CPU,
-    but served both decode paths ran 7-9% slower with it (and the kept heap) than
-    without, on the same host within the hour (cpu-polyexp-swiglu.md); until that is
-    understood it is an option (`draftwise serve --activation polyexp`, `Engine(activation=
-    "polyexp")`, `draftwise profile --activation polyexp`), not the default."""
-    return "mlx"
+    Served on the Intel VM of cpu-intel-heldout12-w4-activation-ab.md, every arm up at
+    once and visited in turn (n = 3), width 4 ran 10% faster with polyexp (24.69 against
+    22.41 tok/s, disjoint ranges) and classic decode the same (13.51 against 13.37 and
+    13.68), byte-identical. Session 28's reading that served decode ran 7-9% slower
+    with it came from sweeps an hour apart; the interleaved sweep does not show it."""
+    from drafter.cpu_blas import INTEL, cpu_vendor
+    from drafter.device import on_cpu
+
+    return "polyexp" if on_cpu() and cpu_vendor() == INTEL else "mlx"

@@ -94,6 +94,7 @@ def cpu_vendor(cpuinfo_path: str = "/proc/cpuinfo") -> str | None:
 
 
 AMD = "AuthenticAMD"
+INTEL = "GenuineIntel"
 
 
 def mkl_on_amd() -> bool:

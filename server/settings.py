@@ -210,7 +210,8 @@ class ServeSettings(BaseSettings):
         scope="worker",
         help="the target's feed-forward SwiGLU on the CPU: mlx (mlx-lm's), polyexp (with a "
         "vectorised exp: cheaper prefills; freed memory is kept for reuse), or auto "
-        "(mlx for now: drafter/activation.py says why); a GPU ignores it",
+        "(polyexp on an Intel CPU, mlx elsewhere: drafter/activation.py says why); a GPU "
+        "ignores it",
     )
 
     @field_validator(

@@ -11,8 +11,9 @@ import pytest
 from mlx_lm.models.activations import swiglu as mlx_swiglu
 from mlx_lm.models.cache import make_prompt_cache
 
-from drafter import polyexp
-from drafter.activation import calls_mlx_swiglu, set_activation
+from drafter import cpu_blas, polyexp
+from drafter.activation import calls_mlx_swiglu, choose_activation, set_activation
+from drafter.cpu_blas import AMD, INTEL
 from drafter.decoding import prefill
 from tests.drafter.conftest import Pair
 
@@ -90,3 +91,12 @@ def test_mlx_swiglu_is_what_the_polyexp_one_stands_for() -> None:
     np.testing.assert_allclose(
         np.array(polyexp.swiglu(gate, x)), np.array(mlx_swiglu(gate, x)), rtol=1e-6
     )
+
+
+@pytest.mark.parametrize(("vendor", "expected"), [(INTEL, "polyexp"), (AMD, "mlx"), (None, "mlx")])
+def test_the_cpu_default_activation_is_polyexp_on_intel_only(
+    monkeypatch: pytest.MonkeyPatch, vendor: str | None, expected: str
+) -> None:
+    """Measured served on an Intel CPU only; an AMD CPU or an unreadable vendor keeps mlx."""
+    monkeypatch.setattr(cpu_blas, "cpu_vendor", lambda: vendor)
+    assert choose_activation() == expected
