@@ -73,17 +73,19 @@ def set_activation(model: nn.Module, mode: str) -> int:
     return changed
 
 
-def choose_activation() -> str:
-    """The activation where none is asked for: polyexp on an Intel CPU, where it was
-    measured; mlx elsewhere (a GPU's activation is one vectorised kernel already; an
-    AMD CPU is unmeasured).
+def choose_activation(speculative: bool) -> str:
+    """The activation where none is asked for: polyexp for a speculative engine on an
+    Intel CPU, where it was measured; mlx elsewhere (classic decode, a GPU, whose
+    activation is one vectorised kernel already, and an AMD CPU, unmeasured).
 
-    Served on the Intel VM of cpu-intel-heldout12-w4-activation-ab.md, every arm up at
-    once and visited in turn (n = 3), width 4 ran 10% faster with polyexp (24.69 against
-    22.41 tok/s, disjoint ranges) and classic decode the same (13.51 against 13.37 and
-    13.68), byte-identical. Session 28's reading that served decode ran 7-9% slower
-    with it came from sweeps an hour apart; the interleaved sweep does not show it."""
+    Served on the Intel VM, every arm up at once and visited in turn (n = 3, 64 tokens;
+    cpu-intel-heldout12-w4-activation-ab.md, cpu-intel-heldout24-w4-polyexp-default.md),
+    polyexp (with the kept heap that comes with it in a serving process) cut the time to
+    the first token by 13-15% in every arm. Width 4 requests then ran 2% and 11% faster
+    (per prompt medians; faster in 20 of 24 and 12 of 12 prompts). Classic decode's
+    one-row steps ran 2-6% slower, more than the prefill gave back over 64 tokens (whole
+    requests 0.96-0.99 of mlx's), which is what session 28 saw; so classic keeps mlx."""
     from drafter.cpu_blas import INTEL, cpu_vendor
     from drafter.device import on_cpu
 
-    return "polyexp" if on_cpu() and cpu_vendor() == INTEL else "mlx"
+    return "polyexp" if speculative and on_cpu() and cpu_vendor() == INTEL else "mlx"

@@ -66,8 +66,11 @@ class Engine:
         self.attention = choose_attention() if attention is None else attention
         # How the products run (drafter/linear.py); None: choose_linear().
         self.linear = choose_linear() if linear is None else linear
-        # The target's feed-forward SwiGLU (drafter/activation.py); None: choose_activation().
-        self.activation = choose_activation() if activation is None else activation
+        # The target's feed-forward SwiGLU (drafter/activation.py); None: choose_activation(),
+        # which weighs whether this engine speculates.
+        self.activation = (
+            choose_activation(drafter is not None) if activation is None else activation
+        )
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
         # Size each request's KV buffers at its prefill (drafter/attention.py: reserve);
         # off: mlx-lm's growth by 256 rows mid-request (`draftwise profile --kv grown`).

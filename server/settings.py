@@ -210,8 +210,8 @@ class ServeSettings(BaseSettings):
         scope="worker",
         help="the target's feed-forward SwiGLU on the CPU: mlx (mlx-lm's), polyexp (with a "
         "vectorised exp: cheaper prefills; freed memory is kept for reuse), or auto "
-        "(polyexp on an Intel CPU, mlx elsewhere: drafter/activation.py says why); a GPU "
-        "ignores it",
+        "(polyexp when speculating on an Intel CPU, else mlx: drafter/activation.py says "
+        "why); a GPU ignores it",
     )
 
     @field_validator(

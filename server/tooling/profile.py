@@ -119,7 +119,7 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="the target's feed-forward SwiGLU (drafter/activation.py): mlx (mlx-lm's), "
         "polyexp (with a vectorised exp; pair it with MALLOC_MMAP_THRESHOLD_=33554432 "
         "MALLOC_TRIM_THRESHOLD_=1073741824 for long prompts: drafter/loading.py, "
-        "keep_freed_memory), or auto (polyexp on an Intel CPU, mlx elsewhere: "
+        "keep_freed_memory), or auto (polyexp when speculating on an Intel CPU, else mlx: "
         "drafter/activation.py says why)",
     )
     parser.add_argument(

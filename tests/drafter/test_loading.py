@@ -72,12 +72,12 @@ def test_a_load_checks_its_prompt_cache_hits_and_reports_their_step(tmp_path: Pa
 def test_a_load_puts_the_target_in_the_activation_asked_for(
     tmp_path: Path, asked: str | None
 ) -> None:
-    """None leaves the choice to choose_activation; the engine reports the mode in
-    force and the target's feed-forward layers are in it."""
+    """None leaves the choice to choose_activation (classic here: no drafter); the engine
+    reports the mode in force and the target's feed-forward layers are in it."""
     target = write_tiny_model(tmp_path / "target", "qwen3")
     options = LoadOptions(tmp_path / "cache", str(target), "none", activation=asked)
     engine = load_engine(options).engine
-    expected = choose_activation() if asked is None else asked
+    expected = choose_activation(False) if asked is None else asked
     assert engine.activation == expected
     feed_forward = [m for m in engine.model.modules() if type(m).__name__.endswith("MLP")]
     assert feed_forward
