@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from drafter.activation import choose_activation
+from drafter.activation import calls_mlx_swiglu, choose_activation
+from drafter.capture import original_class
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
 from drafter.loading import LoadOptions, load_engine
@@ -79,9 +80,11 @@ def test_a_load_puts_the_target_in_the_activation_asked_for(
     engine = load_engine(options).engine
     expected = choose_activation(False) if asked is None else asked
     assert engine.activation == expected
-    feed_forward = [m for m in engine.model.modules() if type(m).__name__.endswith("MLP")]
+    modules = engine.model.modules()
+    plain = {id(m): original_class(type(m), "Polyexp") for m in modules}
+    feed_forward = [m for m in modules if calls_mlx_swiglu(plain[id(m)])]
     assert feed_forward
-    hooked = [type(m).__name__.startswith("Polyexp") for m in feed_forward]
+    hooked = [type(m) is not plain[id(m)] for m in feed_forward]
     assert all(hooked) if expected == "polyexp" else not any(hooked)
 
 
