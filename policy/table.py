@@ -91,7 +91,9 @@ TABLE: tuple[TableEntry, ...] = (
             "1.49x and 3 at 1.46x, both disjoint above classic, overlapping each other; on "
             "the 22 short prompts, cpu-amd-short22-w3-w4-r6.md, 3 at 1.32x, disjoint, and 4 "
             "at 1.18x, overlapping classic, 3 and 4 overlapping: on AMD neither width is "
-            "separable)"
+            "separable; the soup drafter of session 32 on an Intel Xeon, 22 short prompts, "
+            "cpu-intel-short22-w3-w4-w8-soup.md: 4 at 1.78x, its range above 3's (1.61x) and "
+            "overlapping 8's (1.75x))"
         ),
     ),
     TableEntry(
