@@ -93,7 +93,8 @@ TABLE: tuple[TableEntry, ...] = (
             "at 1.18x, overlapping classic, 3 and 4 overlapping: on AMD neither width is "
             "separable; the soup drafter of session 32 on an Intel Xeon, 22 short prompts, "
             "cpu-intel-short22-w3-w4-w8-soup.md: 4 at 1.78x, its range above 3's (1.61x) and "
-            "overlapping 8's (1.75x))"
+            "overlapping 8's (1.75x); 24 held-out prompts, cpu-intel-heldout24-w3-w4-soup.md: "
+            "4 at 1.75x, its range above 3's (1.62x))"
         ),
     ),
     TableEntry(
