@@ -467,19 +467,16 @@ def sweep_plan(config: BenchConfig) -> list[ArmPlan]:
     the compare drafter and then with the compare server flags, when there are. Server
     flags may change classic decode too (a dtype, the activation), so with them classic
     runs once more with them, right after the first classic arm."""
-    middle = []
-    if config.compare_server_args:
-        extra = config.compare_server_args
-        middle.append(ArmPlan(f"classic ({shlex.join(extra)})", None, server_args=extra))
+    extra = config.compare_server_args
+    flags = f" ({shlex.join(extra)})"  # the label of an arm run with them
+    middle = [ArmPlan(f"classic{flags}", None, server_args=extra)] if extra else []
     for width in config.widths:
         middle.append(ArmPlan(arm_label(width), width))
         if config.compare_drafter:
             name = Path(config.compare_drafter).name
             middle.append(ArmPlan(f"{arm_label(width)} ({name})", width, config.compare_drafter))
-        if config.compare_server_args:
-            extra = config.compare_server_args
-            label = f"{arm_label(width)} ({shlex.join(extra)})"
-            middle.append(ArmPlan(label, width, server_args=extra))
+        if extra:
+            middle.append(ArmPlan(f"{arm_label(width)}{flags}", width, server_args=extra))
     return [ArmPlan("classic (first)", None), *middle, ArmPlan("classic (last)", None)]
 
 
