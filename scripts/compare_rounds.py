@@ -81,45 +81,45 @@ def _range(figure: tuple[float, float, float]) -> str:
 
 
 def table(named: dict[str, list[dict[str, Any]]]) -> str:
-    """A Markdown table: one column per file, the first the baseline."""
+    """A Markdown table: one column per file, the first the baseline. Each file's figures,
+    whole and kind by kind, are computed once."""
     names = list(named)
     base = named[names[0]]
     kinds = _kinds(base)
+    whole = {n: figures(named[n]) for n in names}
+    by_kind = {
+        n: {k: figures([r for r in named[n] if r["kind"] == k]) for k in kinds} for n in names
+    }
     lines = ["| figure | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
 
-    def row(label: str, cell: Any) -> None:
-        lines.append(f"| {label} | " + " | ".join(cell(named[n]) for n in names) + " |")
+    def row(label: str, cells: list[str]) -> None:
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
-    def by_kind(key: str) -> Any:
-        return lambda rows: " / ".join(
-            f"{figures([r for r in rows if r['kind'] == k])[key]:.3f}" for k in kinds
-        )
+    def kind_cells(key: str) -> list[str]:
+        return [" / ".join(f"{by_kind[n][k][key]:.3f}" for k in kinds) for n in names]
 
-    row("per prompt, all rounds (range)", lambda rows: _range(figures(rows)["per_prompt"]))
+    row("per prompt, all rounds (range)", [_range(whole[n]["per_prompt"]) for n in names])
     row(
         "per prompt, before EOS (range)",
-        lambda rows: _range(figures(rows)["per_prompt_before_eos"]),
+        [_range(whole[n]["per_prompt_before_eos"]) for n in names],
     )
-    row("pooled, all rounds", lambda rows: f"{figures(rows)['pooled']:.3f}")
+    row("pooled, all rounds", [f"{whole[n]['pooled']:.3f}" for n in names])
     row(
         "pooled, before EOS (rounds)",
-        lambda rows: (
-            f"{figures(rows)['pooled_before_eos']:.3f} ({figures(rows)['rounds_before_eos']})"
-        ),
+        [f"{whole[n]['pooled_before_eos']:.3f} ({whole[n]['rounds_before_eos']})" for n in names],
     )
-    row(f"pooled by kind, all rounds ({' / '.join(kinds)})", by_kind("pooled"))
-    row(f"pooled by kind, before EOS ({' / '.join(kinds)})", by_kind("pooled_before_eos"))
+    row(f"pooled by kind, all rounds ({' / '.join(kinds)})", kind_cells("pooled"))
+    row(f"pooled by kind, before EOS ({' / '.join(kinds)})", kind_cells("pooled_before_eos"))
 
     def moved_by_kind(rows: list[dict[str, Any]]) -> str:
-        if rows is base:
-            return "-"
         counts = []
         for k in kinds:
             pair = ([r for r in base if r["kind"] == k], [r for r in rows if r["kind"] == k])
             counts.append("/".join(str(n) for n in moved(*pair)))
         return ", ".join(counts)
 
-    row(f"prompts up/equal/down before EOS ({', '.join(kinds)})", moved_by_kind)
+    moved_cells = ["-"] + [moved_by_kind(named[n]) for n in names[1:]]
+    row(f"prompts up/equal/down before EOS ({', '.join(kinds)})", moved_cells)
     return "\n".join(lines)
 
 
