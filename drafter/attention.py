@@ -196,14 +196,17 @@ def chunked_attention(
     without a copy, as it reads a one-row step's output. Joined along the head-major
     axis instead, that reshape would copy every verify block once per layer."""
     rows, total = queries.shape[2], keys.shape[2]
+    starts = list(range(0, rows, VECTOR_ROWS))
+    # One split, not a slice per chunk (each slice is one more graph node).
+    chunks = mx.split(queries, starts[1:], axis=2) if len(starts) > 1 else [queries]
     outs = []
-    for a in range(0, rows, VECTOR_ROWS):
-        b = min(a + VECTOR_ROWS, rows)
+    for a, chunk in zip(starts, chunks, strict=True):
+        b = a + chunk.shape[2]
         end = total - rows + b
-        # The last chunk reads every key: no slice (each slice is one more graph node).
+        # The last chunk reads every key: no slice.
         k, v = (keys, values) if end == total else (keys[..., :end, :], values[..., :end, :])
         out = mx.fast.scaled_dot_product_attention(
-            queries[:, :, a:b], k, v, scale=scale, mask="causal" if b - a > 1 else None
+            chunk, k, v, scale=scale, mask="causal" if b - a > 1 else None
         )
         outs.append(out.transpose(0, 2, 1, 3))  # (B, rows, H, D)
     joined = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)

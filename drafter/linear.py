@@ -32,7 +32,7 @@ LAYOUTS: dict[str, Mapping[type, type]] = {
     "matrix": {},
 }
 assert tuple(LAYOUTS) == LINEAR_MODES
-KEPT = ("_operands", "_columns")  # what swapped layers keep beside their parameters
+KEPT = ("_operands", "_columns", "_heads")  # what swapped layers keep beside their parameters
 
 
 def swap_classes(model: nn.Module, table: Mapping[type, type]) -> int:
@@ -57,7 +57,10 @@ def set_linear(model: nn.Module, mode: str) -> int:
         raise ValueError(f"linear layout {mode!r} is none of {LINEAR_MODES}")
     for table in LAYOUTS.values():
         swap_classes(model, {swapped: plain for plain, swapped in table.items()})
-    return swap_classes(model, LAYOUTS[mode])
+    changed = swap_classes(model, LAYOUTS[mode])
+    if mode == "rowwise":
+        rowwise.mark_head_products(model)
+    return changed
 
 
 def choose_linear() -> str:

@@ -35,11 +35,17 @@ BLAS call, and the byte-identity suites hold without it.
 from __future__ import annotations
 
 import math
+import threading
 
 import mlx.core as mx
 import mlx.nn as nn
 
 MAX_ROWS = 16  # the widest verify block; prefill chunks keep the matrix kernels
+
+# mlx-lm attention modules whose q/k/v products go straight into
+# `.reshape(B, L, heads, -1)` (read in mlx-lm 0.32's llama.py, qwen2.py, qwen3.py).
+HEADS_READERS = ("mlx_lm.models.llama", "mlx_lm.models.qwen2", "mlx_lm.models.qwen3")
+HEAD_PRODUCTS = ("q_proj", "k_proj", "v_proj")
 
 
 def transposed(weight: mx.array) -> tuple[mx.array, mx.array]:
@@ -63,29 +69,67 @@ def operands(module: nn.Module) -> tuple[mx.array, mx.array]:
     return kept
 
 
+_last = threading.local()  # the last input `one_row_each` viewed, and its view
+
+
+def one_row_each(x: mx.array, rows: int, k: int) -> mx.array:
+    """x (..., K) as (rows, 1, K) with the length-one axis given stride 1: read as a
+    transposed row. Sibling products of one input (q, k and v; gate and up) share one
+    view: one graph node, not three (each costs host time on a launch-bound GPU). The
+    input is kept until the next product, so its identity cannot be reused meanwhile."""
+    last = getattr(_last, "pair", None)
+    if last is not None and last[0] is x:
+        return last[1]
+    view = mx.as_strided(x, (rows, 1, k), (k, 1, 1))
+    _last.pair = (x, view)
+    return view
+
+
 def project(
-    x: mx.array, weight: mx.array, kept: tuple[mx.array, mx.array] | None = None
+    x: mx.array,
+    weight: mx.array,
+    kept: tuple[mx.array, mx.array] | None = None,
+    heads: bool = False,
 ) -> mx.array:
     """x @ weight.T, as one gemv per row when x has 2 to MAX_ROWS rows.
 
     x: (..., K); weight: (N, K); kept: its `transposed` views, if the caller keeps them.
-    Each output row is the one-row product of its row."""
+    Each output row is the one-row product of its row. heads: the caller reshapes the
+    product into (..., heads, head_dim) next, so a multi-row product comes back as the
+    batched product's (rows, 1, N), which that reshape reads as it reads (..., N): one
+    graph node fewer."""
     plain, batched = transposed(weight) if kept is None else kept
     *lead, k = x.shape
     rows = math.prod(lead)
     if not 1 < rows <= MAX_ROWS:
         return x @ plain
-    # (rows, 1, K) with the length-one axis given stride 1: read as a transposed row.
-    one_row_each = mx.as_strided(x, (rows, 1, k), (k, 1, 1))
-    out = one_row_each @ batched
-    return out.reshape(*lead, weight.shape[0])
+    out = one_row_each(x, rows, k) @ batched
+    return out if heads else out.reshape(*lead, weight.shape[0])
 
 
 class RowwiseLinear(nn.Linear):
     """nn.Linear (bias-free) whose multi-row calls are batched one-row products."""
 
     def __call__(self, x: mx.array) -> mx.array:
-        return project(x, self["weight"], operands(self))
+        heads = self.__dict__.get("_heads", False)
+        return project(x, self["weight"], operands(self), heads)
+
+
+def mark_head_products(model: nn.Module) -> int:
+    """Let the q/k/v products of `model`'s HEADS_READERS attention modules hand back
+    their (rows, 1, N) product unreshaped (`project`'s heads); returns how many.
+    A flag beside the weights, not a parameter; drafter/linear.py drops it with the
+    class."""
+    marked = 0
+    for module in model.modules():
+        if type(module).__module__ not in HEADS_READERS:
+            continue
+        for name in HEAD_PRODUCTS:
+            product = getattr(module, name, None) if name in module else None
+            if type(product) is RowwiseLinear:
+                product.__dict__["_heads"] = True
+                marked += 1
+    return marked
 
 
 class RowwiseEmbedding(nn.Embedding):

@@ -3,7 +3,7 @@
 # `. scripts/h200/setup.sh`. The payload (built by scripts/h200/payload.sh here) is an
 # xz tar of site/ (MLX CUDA, mlx-lm, the serving stack, the SmolLM2 GGUF) in parts,
 # each carried in its own call to /root/keep (`mkdir -p /root/keep && cp .payloadNN/* /root/keep/`).
-# Send all 13 part calls and the call that uses them back to back, in one batch: a warm
+# Send all 17 part calls and the call that uses them back to back, in one batch: a warm
 # machine waits about 30 s between calls, and a fresh one has no /root/keep (session 32
 # lost its first part that way).
 set -e

@@ -3,16 +3,21 @@ the swap is by class and reversible, and the round loop stays exact with it on."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten
+from mlx_lm import load
 
+from drafter.checkpoints.tiny import write_tiny_model
 from drafter.linear import set_linear
 from drafter.rowwise import (
     MAX_ROWS,
     RowwiseEmbedding,
     RowwiseLinear,
+    one_row_each,
     operands,
     project,
 )
@@ -77,3 +82,31 @@ def test_a_rowwise_layer_keeps_its_weight_views_until_swapped_back() -> None:
     assert "_operands" not in dict(layer)  # not a parameter
     set_linear(model, "matrix")
     assert "_operands" not in layer.__dict__
+
+
+def test_sibling_products_of_one_input_share_its_row_view() -> None:
+    x, other = mx.ones((1, 4, K)), mx.ones((1, 4, K))
+    view = one_row_each(x, 4, K)
+    assert one_row_each(x, 4, K) is view  # q, k and v of one input: one node
+    assert one_row_each(other, 4, K) is not view  # an equal but different input
+    assert view.shape == (4, 1, K) and mx.array_equal(view.reshape(1, 4, K), x).item()
+
+
+def test_head_products_come_back_unreshaped_and_the_forward_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    """mlx-lm's qwen3 attention reshapes its q/k/v products into heads straight away, so
+    they skip their own reshape; every other product keeps its shape."""
+    model, _ = load(str(write_tiny_model(tmp_path / "qwen3", "qwen3", seed=4)))
+    tokens = mx.array([[5, 9, 2, 7, 11, 4]])
+    want = model(tokens)
+    set_linear(model, "rowwise")
+    attention = model.model.layers[0].self_attn
+    assert all(attention[name].__dict__.get("_heads") for name in ("q_proj", "k_proj", "v_proj"))
+    assert not attention.o_proj.__dict__.get("_heads")
+    x = mx.random.normal((1, 6, attention.q_proj.weight.shape[1]), key=mx.random.key(3))
+    assert attention.q_proj(x).shape == (6, 1, attention.q_proj.weight.shape[0])
+    assert attention.o_proj(mx.ones((1, 6, attention.o_proj.weight.shape[1]))).shape[:2] == (1, 6)
+    assert mx.allclose(model(tokens), want, atol=1e-5).item()
+    set_linear(model, "matrix")
+    assert "_heads" not in attention.q_proj.__dict__
