@@ -20,9 +20,6 @@ from ab import alternate, module_from, width8_engine
 import drafter.attention as attention
 import drafter.rowwise as rowwise
 
-N = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 128
-
 old_rowwise = module_from(Path("before/rowwise_bc2bdd0.py"), "before_rowwise")
 old_attention = module_from(Path("before/attention_bc2bdd0.py"), "before_attention")
 new_project, new_chunked = rowwise.project, attention.chunked_attention
@@ -47,4 +44,7 @@ def after() -> None:
     attention.chunked_attention = new_chunked
 
 
-alternate(width8_engine(), {"before": before, "after": after}, N, TOKENS)
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+    tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 128
+    alternate(width8_engine(), {"before": before, "after": after}, n, tokens)
