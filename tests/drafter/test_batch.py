@@ -18,7 +18,10 @@ from tests.drafter.conftest import Pair
 WIDTH = 4
 
 
-def engine(pair: Pair, speculative: bool) -> Engine:
+def engine(
+    pair: Pair, speculative: bool, attention: str | None = None, linear: str | None = None
+) -> Engine:
+    """The device's layout unless asked; each engine sets it on the shared model."""
     return Engine(
         pair.model,
         pair.tokenizer,
@@ -26,6 +29,8 @@ def engine(pair: Pair, speculative: bool) -> Engine:
         context_length=2048,
         drafter=pair.drafter if speculative else None,
         block_size=WIDTH if speculative else None,
+        attention=attention,
+        linear=linear,
     )
 
 
@@ -102,6 +107,16 @@ def test_each_greedy_request_in_a_batch_equals_its_solo_output(
     pair: Pair, speculative: bool, count: int
 ) -> None:
     assert_each_equals_solo(engine(pair, speculative), requests(count, seed=count))
+
+
+@pytest.mark.parametrize("count", [2, 8])
+def test_in_cudas_layout_each_request_in_a_batch_equals_its_solo_output(
+    pair: Pair, count: int
+) -> None:
+    """Vector attention and rowwise products, as CUDA serves: a batch of up to 16 rows
+    runs its products rowwise, its q/k/v handed to mlx-lm's reshape unreshaped."""
+    eng = engine(pair, True, attention="vector", linear="rowwise")
+    assert_each_equals_solo(eng, requests(count, seed=10 + count))
 
 
 def test_a_width_changing_every_step_leaves_greedy_output_unchanged(pair: Pair) -> None:
