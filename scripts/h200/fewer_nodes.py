@@ -5,8 +5,9 @@ reshapes its output, and the verify attention slices its query rows chunk by chu
 (`before/rowwise_bc2bdd0.py`, `before/attention_bc2bdd0.py`, written with
 `git show bc2bdd0:drafter/X.py`). Arm "after" is this tree: q/k/v and gate/up share one
 row view of their input, q/k/v hand back their product unreshaped to mlx-lm's own
-reshape into heads, and one split cuts the query chunks: 7 nodes fewer a target layer
-(210 a verify forward). Both compute the same values. argv: n (default 10), tokens
+reshape into heads, and one split cuts the query chunks: 11 nodes fewer a target layer
+(330 a verify forward, docs/benchmark_results/cpu-intel-verify-graph-nodes.md). Both
+compute the same values. argv: n (default 10), tokens
 (default 128)."""
 
 from __future__ import annotations
