@@ -115,21 +115,17 @@ class RowwiseLinear(nn.Linear):
         return project(x, self["weight"], operands(self), heads)
 
 
-def mark_head_products(model: nn.Module) -> int:
+def mark_head_products(model: nn.Module) -> None:
     """Let the q/k/v products of `model`'s HEADS_READERS attention modules hand back
-    their (rows, 1, N) product unreshaped (`project`'s heads); returns how many.
-    A flag beside the weights, not a parameter; drafter/linear.py drops it with the
-    class."""
-    marked = 0
+    their (rows, 1, N) product unreshaped (`project`'s heads). A flag beside the
+    weights, not a parameter; drafter/linear.py drops it with the class."""
     for module in model.modules():
         if type(module).__module__ not in HEADS_READERS:
             continue
         for name in HEAD_PRODUCTS:
-            product = getattr(module, name, None) if name in module else None
+            product = module.get(name)  # a module's children are its dict entries
             if type(product) is RowwiseLinear:
                 product.__dict__["_heads"] = True
-                marked += 1
-    return marked
 
 
 class RowwiseEmbedding(nn.Embedding):
