@@ -30,16 +30,6 @@ swaps them back. Layers with a bias keep their class: with a bias even a one-row
 product goes to cuBLASLt (its bias epilogue), so there is no kernel to match.
 The engine turns it on where it pays, on CUDA; on CPU a (B, K) product is one
 BLAS call, and the byte-identity suites hold without it.
-
-A weight larger than the GPU's L2 cache (the LM head: SmolLM2's is 49,152 x 576,
-57 MB in bf16, against 50 MB of L2 on an H100 or H200) is read from device memory
-once per batch item, since `gemv_batched` runs its batch items one after another
-(grid y). It is the round's last product, so nothing hides that time: 8 reads of
-57 MB, about 0.15 ms on an H100. So a weight past `L2_BYTES` is cut into
-`vocabulary_slices` of at most `SLICE_BYTES` along its outputs and the batch runs
-slice-major, (slice, row): the rows of one slice run back to back and read it from
-L2. Each output is still `gemv_impl`'s sum over K of its own weight row, so the
-values do not change; one copy puts the slices back in vocabulary order.
 """
 
 from __future__ import annotations
@@ -51,8 +41,6 @@ import mlx.core as mx
 import mlx.nn as nn
 
 MAX_ROWS = 16  # the widest verify block; prefill chunks keep the matrix kernels
-L2_BYTES = 32 << 20  # a weight past this is sliced (below the 50 MB L2 of sm_90 cards)
-SLICE_BYTES = 8 << 20  # ... into slices this large at most
 
 # mlx-lm attention modules whose q/k/v products go straight into
 # `.reshape(B, L, heads, -1)` (read in mlx-lm 0.32's llama.py, qwen2.py, qwen3.py).
@@ -60,27 +48,11 @@ HEADS_READERS = ("mlx_lm.models.llama", "mlx_lm.models.qwen2", "mlx_lm.models.qw
 HEAD_PRODUCTS = ("q_proj", "k_proj", "v_proj")
 
 
-def vocabulary_slices(weight: mx.array) -> int:
-    """How many equal slices of its N outputs a (N, K) weight's batched products read:
-    1 up to L2_BYTES, else the fewest that divide N into slices of SLICE_BYTES at most
-    (1 if none does)."""
-    n = weight.shape[0]
-    if weight.nbytes <= L2_BYTES:
-        return 1
-    return next((s for s in range(2, n + 1) if n % s == 0 and weight.nbytes // s <= SLICE_BYTES), 1)
-
-
 def transposed(weight: mx.array) -> tuple[mx.array, mx.array]:
-    """The product's operands, views of the weight (no copies): `weight.T` (K, N) for
-    one row, and for batched rows `weight.T[None]` (1, K, N), or with S
-    `vocabulary_slices` the slices (S, 1, K, N / S), slice s holding outputs
-    s * N / S onwards."""
+    """The product's operands, `weight.T` (K, N) and `weight.T[None]` (1, K, N): views of
+    the weight, no copies."""
     plain = weight.T
-    slices = vocabulary_slices(weight)
-    if slices == 1:
-        return plain, plain[None]
-    n, k = weight.shape
-    return plain, mx.as_strided(weight, (slices, 1, k, n // slices), (n // slices * k, 0, 1, k))
+    return plain, plain[None]
 
 
 def operands(module: nn.Module) -> tuple[mx.array, mx.array]:
@@ -131,21 +103,8 @@ def project(
     rows = math.prod(lead)
     if not 1 < rows <= MAX_ROWS:
         return x @ plain
-    if batched.ndim == 4:
-        return sliced_product(x, batched, lead, weight.shape[0])
     out = one_row_each(x, rows, k) @ batched
     return out if heads else out.reshape(*lead, weight.shape[0])
-
-
-def sliced_product(x: mx.array, slices: mx.array, lead: list[int], n: int) -> mx.array:
-    """x (..., K) times weight slices (S, 1, K, N / S) as S x rows one-row products,
-    batch item (s, r): the rows of a slice run back to back (see the module's
-    docstring). Returns (..., N) in vocabulary order."""
-    s, _, k, _ = slices.shape
-    rows = math.prod(lead)
-    view = mx.as_strided(x, (s, rows, 1, k), (0, k, 1, 1))  # each row, once per slice
-    out = view @ slices  # (S, rows, 1, N / S)
-    return out.transpose(1, 2, 0, 3).reshape(*lead, n)
 
 
 class RowwiseLinear(nn.Linear):

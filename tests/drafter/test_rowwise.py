@@ -11,7 +11,6 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm import load
 
-import drafter.rowwise as rowwise
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.linear import set_linear
 from drafter.rowwise import (
@@ -21,8 +20,6 @@ from drafter.rowwise import (
     one_row_each,
     operands,
     project,
-    transposed,
-    vocabulary_slices,
 )
 
 K, N = 96, 40
@@ -113,35 +110,3 @@ def test_head_products_come_back_unreshaped_and_the_forward_is_unchanged(
     assert mx.allclose(model(tokens), want, atol=1e-5).item()
     set_linear(model, "matrix")
     assert "_heads" not in attention.q_proj.__dict__
-
-
-def test_a_weight_within_the_l2_budget_is_not_sliced_and_one_past_it_is_in_the_fewest_slices(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    weight = mx.zeros((N, K))  # 40 x 96 float32: 15,360 bytes
-    assert vocabulary_slices(weight) == 1  # far below the real budget
-    monkeypatch.setattr(rowwise, "L2_BYTES", weight.nbytes - 1)
-    monkeypatch.setattr(rowwise, "SLICE_BYTES", weight.nbytes // 3)
-    assert vocabulary_slices(weight) == 4  # 3 does not divide 40; 4 slices of 10 rows do
-    assert transposed(weight)[1].shape == (4, 1, K, N // 4)
-    monkeypatch.setattr(rowwise, "SLICE_BYTES", weight.nbytes // 41)  # no slice is small enough
-    assert vocabulary_slices(weight) == 1
-
-
-@pytest.mark.parametrize("dtype", [mx.float32, mx.bfloat16])
-@pytest.mark.parametrize("shape", [(1, 8, K), (2, 3, K), (1, MAX_ROWS, K)])
-def test_a_sliced_product_equals_the_unsliced_one_bit_for_bit_in_vocabulary_order(
-    monkeypatch: pytest.MonkeyPatch, dtype: mx.Dtype, shape: tuple[int, ...]
-) -> None:
-    x = mx.random.normal(shape, key=mx.random.key(13)).astype(dtype)
-    weight = mx.random.normal((N, K), key=mx.random.key(14)).astype(dtype)
-    want = project(x, weight)
-    monkeypatch.setattr(rowwise, "L2_BYTES", 0)
-    monkeypatch.setattr(rowwise, "SLICE_BYTES", weight.nbytes // 8)
-    kept = transposed(weight)
-    assert kept[1].shape == (8, 1, K, N // 8)
-    out = project(x, weight, kept)
-    assert out.shape == (*shape[:-1], N)
-    assert mx.array_equal(out, want).item()
-    one_row = project(x[..., :1, :], weight, kept)  # a classic step keeps the plain product
-    assert mx.array_equal(one_row, x[..., :1, :] @ weight.T).item()
