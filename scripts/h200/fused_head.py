@@ -20,6 +20,7 @@ import mlx.core as mx
 from ab import alternate, width8_engine
 
 import drafter.rowwise as rowwise
+from drafter.dflash import DFlashDrafter
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 TOKENS = int(sys.argv[2]) if len(sys.argv) > 2 else 128
@@ -76,5 +77,6 @@ if __name__ == "__main__":
     engine = width8_engine()
     head = engine.model.model.embed_tokens.weight
     product_us(head)
+    assert isinstance(engine.drafter, DFlashDrafter)
     product_us(engine.drafter.head.weight, rows=7)  # the restricted draft head
     alternate(engine, {"before": lambda: arm(1 << 62), "after": lambda: arm(SHIPPED)}, N, TOKENS)
