@@ -11,14 +11,7 @@ done
 BF16=$(bf16_target)
 python3 -c "import mlx.core as mx; print(mx.__version__, mx.device_info())" >> $OUT/device.txt 2>&1
 timeout 220 python3 scripts/h200/fewer_nodes.py ${N:-10} 128 > $OUT/fewer-nodes.jsonl 2> $OUT/fewer-nodes.log
-python3 - $OUT/fewer-nodes.jsonl <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-for key in ("round_ms", "draft_ms", "verify_ms", "step_ms"):
-    by = {a: [r[key] for r in rows if r["arm"] == a] for a in ("before", "after")}
-    wins = sum(a < b for a, b in zip(by["after"], by["before"]))
-    print(key, {a: (round(statistics.median(v), 2), round(min(v), 2), round(max(v), 2)) for a, v in by.items() if v}, f"after cheaper in {wins} of {len(by['after'])}")
-PY
+python3 scripts/h200/ab_summary.py $OUT/fewer-nodes.jsonl
 PROMPTS=server/tooling/heldout_prompts.json PER_KIND=4 WIDTHS=8 NAME=${NAME:-h200-heldout12-w8-fewer-nodes} \
   timeout 330 bash scripts/h200/served.sh
 ls $OUT

@@ -7,14 +7,7 @@ BF16=$(bf16_target)
 python3 -c "import mlx.core as mx; print(mx.__version__, mx.device_info())" >> $OUT/device.txt 2>&1
 timeout ${AB_S:-260} python3 scripts/h200/fused_head.py ${N:-10} 128 > $OUT/fused-head.jsonl 2> $OUT/fused-head.log
 grep -v '"equal_batched": true, "equal_one_row": true' $OUT/fused-head.jsonl | grep -v '"arm"' | cut -c1-300
-python3 - $OUT/fused-head.jsonl <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"arm"')]
-for key in ("round_ms", "draft_ms", "verify_ms", "step_ms"):
-    by = {a: [r[key] for r in rows if r["arm"] == a] for a in ("before", "after")}
-    wins = sum(a < b for a, b in zip(by["after"], by["before"]))
-    print(key, {a: (round(statistics.median(v), 3), round(min(v), 3), round(max(v), 3)) for a, v in by.items() if v}, f"after cheaper in {wins} of {len(by['after'])}")
-PY
+python3 scripts/h200/ab_summary.py $OUT/fused-head.jsonl
 tail -3 $OUT/fused-head.log
 if grep -q '"exact": true' $OUT/fused-head.jsonl && [ -z "$NO_SWEEP" ]; then
   PROMPTS=server/tooling/heldout_prompts.json PER_KIND=4 WIDTHS=8 NAME=${NAME:-h200-heldout12-w8-fused-head} \
