@@ -30,76 +30,17 @@ swaps them back. Layers with a bias keep their class: with a bias even a one-row
 product goes to cuBLASLt (its bias epilogue), so there is no kernel to match.
 The engine turns it on where it pays, on CUDA; on CPU a (B, K) product is one
 BLAS call, and the byte-identity suites hold without it.
-
-LM heads, one pass for all rows (CUDA). `gemv_batched` gives each batch item its own
-blocks, 8 outputs a block: a 49,152-token head times 8 rows is 49,152 blocks, and on an
-H200 that product took 190 us against 68 us for one row (with the call's sync;
-docs/benchmark_results/h200-sliced-head.md), at the end of the round where nothing
-hides it. Reading the head in L2-sized slices did not help, so the cost is the blocks,
-not the reads. `fused_rows` is `gemv_impl` itself with the rows inside each warp: a
-warp reads its weight row once and keeps one sum per input row, each made by the same
-loads, the same float products summed in the same order, and the same warp reduction
-(`cg::reduce`) as a one-row gemv: equal bit for bit, with one block per 8 outputs as a
-one-row product has. It serves weights past FUSED_BYTES (the target's head, the
-drafter's restricted head); the other products stay batched, where a custom kernel's
-per-call host cost would outweigh its blocks.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
 MAX_ROWS = 16  # the widest verify block; prefill chunks keep the matrix kernels
-FUSED_BYTES = 8 << 20  # a weight past this (an LM head) takes `fused_rows` on CUDA
-
-# gemv_impl (mlx/backend/cuda/gemms/gemv.cu, MLX 0.32) with MAX_ROWS input rows per warp.
-# Block (32, 8): lane x, output row y; each lane sums columns lane * NPT + 32 * NPT * i.
-FUSED_SOURCE = """
-    auto block = cg::this_thread_block();
-    auto warp = cg::tiled_partition<32>(block);
-    const int n = mat_shape[0];
-    const int k = mat_shape[1];
-    const int rows = vec_shape[0];
-    const int row = block.group_index().x * 8 + block.thread_index().y;
-    if (row < n) {
-        float sum[MAX_ROWS];
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) {
-            sum[r] = 0.0f;
-        }
-        for (int col = NPT * warp.thread_rank(); col < k; col += 32 * NPT) {
-            float w[NPT];
-#pragma unroll
-            for (int j = 0; j < NPT; ++j) {
-                w[j] = static_cast<float>(mat[row * k + col + j]);
-            }
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; ++r) {
-                if (r < rows) {
-#pragma unroll
-                    for (int j = 0; j < NPT; ++j) {
-                        sum[r] += w[j] * static_cast<float>(vec[r * k + col + j]);
-                    }
-                }
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) {
-            if (r < rows) {
-                float total = cg::reduce(warp, sum[r], cg::plus<float>());
-                if (warp.thread_rank() == 0) {
-                    out[r * n + row] = static_cast<T>(total);
-                }
-            }
-        }
-    }
-"""
-_fused_kernel: list[Any] = []  # made on first use (CUDA only)
 
 # mlx-lm attention modules whose q/k/v products go straight into
 # `.reshape(B, L, heads, -1)` (read in mlx-lm 0.32's llama.py, qwen2.py, qwen3.py).
@@ -162,47 +103,8 @@ def project(
     rows = math.prod(lead)
     if not 1 < rows <= MAX_ROWS:
         return x @ plain
-    if weight.nbytes > FUSED_BYTES and fused_available():
-        return fused_rows(x.reshape(rows, k), weight).reshape(*lead, weight.shape[0])
     out = one_row_each(x, rows, k) @ batched
     return out if heads else out.reshape(*lead, weight.shape[0])
-
-
-def fused_available() -> bool:
-    """Whether `fused_rows` can run: MLX computes on CUDA (custom kernels are CUDA's)."""
-    return mx.default_device().type == mx.gpu and mx.cuda.is_available()
-
-
-def gemv_columns_per_thread(k: int) -> int:
-    """The columns a lane loads at once in MLX's gemv for reduction length k (its
-    `n_per_t`, for operands aligned to 4 elements, as every row of a contiguous weight
-    and of a contiguous input of k % 64 == 0 columns is): it sets the order of the sums."""
-    return 4 if k % 128 == 0 else 2 if k % 64 == 0 else 1
-
-
-def fused_rows(x: mx.array, weight: mx.array) -> mx.array:
-    """x (R, K) @ weight.T for 2 <= R <= MAX_ROWS, each row as MLX's one-row gemv sums it
-    (see the module's docstring), in one kernel of N / 8 blocks. CUDA only."""
-    if not _fused_kernel:
-        _fused_kernel.append(
-            mx.fast.cuda_kernel(
-                name="draftwise_fused_rows",
-                input_names=["mat", "vec"],
-                output_names=["out"],
-                source=FUSED_SOURCE,
-                header="#include <cooperative_groups/reduce.h>\n",
-            )
-        )
-    n, k = weight.shape
-    (out,) = _fused_kernel[0](
-        inputs=[weight, x],
-        template=[("T", weight.dtype), ("NPT", gemv_columns_per_thread(k)), ("MAX_ROWS", MAX_ROWS)],
-        grid=(32 * ((n + 7) // 8), 8, 1),
-        threadgroup=(32, 8, 1),
-        output_shapes=[(x.shape[0], n)],
-        output_dtypes=[weight.dtype],
-    )
-    return out
 
 
 class RowwiseLinear(nn.Linear):

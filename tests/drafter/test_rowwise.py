@@ -14,12 +14,9 @@ from mlx_lm import load
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.linear import set_linear
 from drafter.rowwise import (
-    FUSED_BYTES,
     MAX_ROWS,
     RowwiseEmbedding,
     RowwiseLinear,
-    fused_available,
-    gemv_columns_per_thread,
     one_row_each,
     operands,
     project,
@@ -113,21 +110,3 @@ def test_head_products_come_back_unreshaped_and_the_forward_is_unchanged(
     assert mx.allclose(model(tokens), want, atol=1e-5).item()
     set_linear(model, "matrix")
     assert "_heads" not in attention.q_proj.__dict__
-
-
-@pytest.mark.parametrize(("k", "columns"), [(576, 2), (1536, 4), (2880, 2), (600, 1), (64, 2)])
-def test_the_fused_kernel_sums_columns_in_the_groups_mlxs_gemv_uses(k: int, columns: int) -> None:
-    """MLX's gemv loads 4 columns a lane when k % 128 == 0, else 2 when k % 64 == 0, else 1
-    (gemv.cu, MLX 0.32): the fused head kernel must group its sums the same way."""
-    assert gemv_columns_per_thread(k) == columns
-
-
-def test_a_head_past_the_fused_budget_stays_batched_where_cuda_does_not_run() -> None:
-    """The fused kernel is CUDA's; on this CPU a head-sized product takes the batched path."""
-    assert not fused_available()
-    weight = mx.random.normal((FUSED_BYTES // (4 * K) + 8, K), key=mx.random.key(15))
-    assert weight.nbytes > FUSED_BYTES
-    x = mx.random.normal((1, 8, K), key=mx.random.key(16))
-    out = project(x, weight)
-    for i in range(8):
-        assert mx.array_equal(out[0, i], (x[0, i : i + 1] @ weight.T)[0]).item()
