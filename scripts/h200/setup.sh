@@ -3,10 +3,10 @@
 # `. scripts/h200/setup.sh`. The payload (built by scripts/h200/payload.sh here) is an
 # xz tar of site/ (MLX CUDA, mlx-lm, the serving stack, the SmolLM2 GGUF) in parts,
 # each carried in its own call to /root/keep (`mkdir -p /root/keep && cp .payloadNN/* /root/keep/`).
-# Send all 17 part calls and the call that uses them back to back, in one batch: a warm
-# machine waits about 30 s between calls, and a fresh one has no /root/keep (session 32
-# lost its first part that way). Send the first part alone (it starts the machine), then
-# the rest in one batch. Read the device status first: a start that fails costs about
+# Send the first part call alone (it starts the machine), then the other 16 and the call
+# that uses them back to back, in one batch: a warm machine waits about 30 s between
+# calls, and a fresh one has no /root/keep (session 32 lost its first part that way).
+# Read the device status first: a start that fails costs about
 # 90 s of device time, and in session 34 seven tries in an hour each failed (630 s) with
 # no warning shown before them; do the session's most important call in the first hold.
 set -e
