@@ -1,6 +1,6 @@
-"""Summarise an in-process A/B file (`ab.alternate`'s JSON lines, arms "before" and
-"after"): each figure's median (min, max) per arm and the passes in which "after" was
-cheaper. argv: the JSONL path."""
+"""Summarise an in-process A/B file (`ab.alternate`'s JSON lines): each figure's median
+(min, max) per arm and, for every arm but "before", the passes in which it was cheaper
+than "before". argv: the JSONL path."""
 
 from __future__ import annotations
 
@@ -11,12 +11,17 @@ from pathlib import Path
 
 lines = Path(sys.argv[1]).read_text().splitlines()
 rows = [json.loads(line) for line in lines if line.startswith('{"arm"')]
+arms = list(dict.fromkeys(r["arm"] for r in rows))
 for key in ("round_ms", "draft_ms", "verify_ms", "step_ms"):
-    by = {a: [r[key] for r in rows if r["arm"] == a] for a in ("before", "after")}
-    wins = sum(a < b for a, b in zip(by["after"], by["before"], strict=True))
+    by = {a: [r[key] for r in rows if r["arm"] == a] for a in arms}
     figures = {
         a: (round(statistics.median(v), 3), round(min(v), 3), round(max(v), 3))
         for a, v in by.items()
-        if v
     }
-    print(key, figures, f"after cheaper in {wins} of {len(by['after'])}")
+    wins = []
+    for arm in arms:
+        if arm != "before":
+            pairs = list(zip(by[arm], by["before"], strict=False))  # a cut-off run: uneven
+            cheaper = sum(a < b for a, b in pairs)
+            wins.append(f"{arm} cheaper in {cheaper} of {len(pairs)}")
+    print(key, figures, "; ".join(wins))

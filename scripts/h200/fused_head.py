@@ -12,11 +12,12 @@ each warp, one block per 8 outputs. This script checks it is exact and cheaper:
 
 1. Exactness: head-like shapes, 2 to 16 rows, three dtypes: `fused_rows` against the
    batched one-row products and against each row's own one-row product, bit for bit.
-2. The head products alone (8 target rows, 7 draft rows), synced each call, arms in
-   alternating blocks of 20, n = 200 each (us).
-3. `ab.alternate`: `draftwise profile`'s width-8 measurement, arm "after" with weights
-   past FUSED_BYTES (the target's head, the drafter's restricted head) multiplied by
-   `fused_rows`, "before" as shipped, AB/BA for n passes. argv: n (default 10), tokens
+2. The products alone (the heads: 8 target rows, 7 draft rows; a gate and a k product),
+   synced each call, arms in alternating blocks of 20, n = 200 each (us).
+3. `ab.alternate`: `draftwise profile`'s width-8 measurement in three arms: "before" as
+   shipped, "head" with the weights past 8 MB (the target's head, the drafter's
+   restricted head) multiplied by `fused_rows`, "all" with every multi-row product so,
+   in alternating order for n passes. argv: n (default 10), tokens
    (default 128)."""
 
 from __future__ import annotations
@@ -26,13 +27,17 @@ import statistics
 import sys
 import time
 
+import fused_rows as fused_rows_module
 import mlx.core as mx
 from ab import alternate, width8_engine
 from fused_rows import SHIPPED, fused_project, fused_rows, use
 
 from drafter.dflash import DFlashDrafter
 
-SHAPES = [(49152, 576), (16384, 576), (8192, 1536), (4096, 640), (4104, 600)]
+# Heads and SmolLM2-135M's own products (q/o 576, k/v 192, gate/up 1536, down K = 1536),
+# and odd shapes (N not a multiple of 8, K of 64).
+SHAPES = [(49152, 576), (16384, 576), (576, 576), (192, 576), (1536, 576), (576, 1536)]
+SHAPES += [(4104, 600), (4096, 640)]
 
 
 def exactness() -> bool:
@@ -78,5 +83,12 @@ if __name__ == "__main__":
     assert isinstance(engine.drafter, DFlashDrafter)
     product_us(engine.model.model.embed_tokens.weight, rows=8)
     product_us(engine.drafter.head.weight, rows=7)  # the restricted draft head
-    arms = {"before": lambda: use(SHIPPED), "after": lambda: use(fused_project)}
+    product_us(engine.model.model.layers[0].mlp.gate_proj.weight, rows=8)
+    product_us(engine.model.model.layers[0].self_attn.k_proj.weight, rows=8)
+
+    def fused(threshold: int) -> None:
+        fused_rows_module.FUSED_BYTES = threshold
+        use(fused_project)
+
+    arms = {"before": lambda: use(SHIPPED), "head": lambda: fused(8 << 20), "all": lambda: fused(0)}
     alternate(engine, arms, n, tokens)

@@ -16,6 +16,7 @@ scripts/h200/fused_site/ serves with it)."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,9 @@ import mlx.core as mx
 import drafter.dflash as dflash
 import drafter.rowwise as rowwise
 
-FUSED_BYTES = 8 << 20  # a weight past this (an LM head) takes `fused_rows`
+# A weight past this takes `fused_rows`: by default the LM heads only (the target's,
+# 57 MB; the drafter's restricted one); 0 takes every product of a verify as well.
+FUSED_BYTES = int(os.environ.get("FUSED_BYTES", 8 << 20))
 
 # Block (32, 8): lane x, output row y; each lane sums columns lane * NPT + 32 * NPT * i.
 SOURCE = """
@@ -108,7 +111,7 @@ def fused_project(x: mx.array, weight: mx.array, kept: Any = None, heads: bool =
     """`rowwise.project`, with weights past FUSED_BYTES taken by `fused_rows`."""
     *lead, k = x.shape
     rows = math.prod(lead)
-    if weight.nbytes > FUSED_BYTES and 1 < rows <= rowwise.MAX_ROWS:
+    if weight.nbytes > FUSED_BYTES and 1 < rows <= rowwise.MAX_ROWS and x.dtype == weight.dtype:
         return fused_rows(x.reshape(rows, k), weight).reshape(*lead, weight.shape[0])
     return SHIPPED(x, weight, kept, heads)
 
