@@ -5,7 +5,8 @@ A verify multiplies the LM head by its 8 rows as 8 batched one-row products
 outputs: a 49,152-token head times 8 rows is 49,152 blocks, and on an H200 that product
 took 190 us against 68 us for one row (docs/benchmark_results/h200-sliced-head.md), at
 the end of the round where nothing hides it; reading the head in L2-sized slices did
-not help, so the cost is the blocks, not the reads.
+not help, so the guess was the blocks, not the reads (session 35's H100 answered: no
+gain, docs/benchmark_results/h100-fused-head.md).
 
 `fused_rows` (scripts/h200/fused_rows.py) runs MLX's `gemv_impl` with the rows inside
 each warp, one block per 8 outputs. This script checks it is exact and cheaper:
