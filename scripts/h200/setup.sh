@@ -9,10 +9,10 @@
 # Read the device status first: a start that fails costs about
 # 90 s of device time, and in session 34 seven tries in an hour each failed (630 s) with
 # no warning shown before them; do the session's most important call in the first hold.
-# Session 35: eight failed starts over 100 minutes (706 s) before an H100 came. After a
-# failure the kind is locked for 3-10 minutes (a call then costs 15 s and starts nothing),
-# and `status` may show no lock for a kind that a call still finds locked: wait the lock
-# out, then name the kind `status` shows.
+# Session 35: seven failed starts (630 s) and five refused calls (75 s) in 100 minutes
+# before an H100 came. After a failure the kind is locked for 3-10 minutes (a call then
+# costs 15 s and starts nothing), and `status` may show no lock for a kind that a call
+# still finds locked: wait the lock out, then name the kind `status` shows.
 set -e
 if [ ! -d /root/site/mlx ]; then
   cat /root/keep/pl.part.* | xz -d -T0 | tar -C /root -x
