@@ -31,7 +31,7 @@ import time
 import fused_rows as fused_rows_module
 import mlx.core as mx
 from ab import alternate, width8_engine
-from fused_rows import SHIPPED, fused_project, fused_rows, use
+from fused_rows import HEADS_BYTES, SHIPPED, fused_project, fused_rows, use
 
 from drafter.dflash import DFlashDrafter
 
@@ -91,5 +91,9 @@ if __name__ == "__main__":
         fused_rows_module.FUSED_BYTES = threshold
         use(fused_project)
 
-    arms = {"before": lambda: use(SHIPPED), "head": lambda: fused(8 << 20), "all": lambda: fused(0)}
+    arms = {
+        "before": lambda: use(SHIPPED),
+        "head": lambda: fused(HEADS_BYTES),
+        "all": lambda: fused(0),
+    }
     alternate(engine, arms, n, tokens)

@@ -4,7 +4,7 @@
 # is not in the serving path; scripts/h200/fused_served.sh serves with it in the next call
 # of the hold, if this one found it exact (it leaves /root/keep/fused-exact), for the
 # products of the in-process arm ("head" or "all") with the lower median round (it leaves
-# that arm's FUSED_BYTES in /root/keep/fused-bytes).
+# that arm's name in /root/keep/fused-arm).
 . scripts/h200/setup.sh
 BF16=$(bf16_target)
 python3 -c "import mlx.core as mx; print(mx.__version__, mx.device_info())" >> $OUT/device.txt 2>&1
@@ -13,13 +13,7 @@ rm -f /root/keep/fused-exact
 grep -q '"exact": true' $OUT/fused-head.jsonl && touch /root/keep/fused-exact
 grep -v '"equal_batched": true, "equal_one_row": true' $OUT/fused-head.jsonl | grep -v '"arm"' | cut -c1-300
 python3 scripts/h200/ab_summary.py $OUT/fused-head.jsonl
-python3 - $OUT/fused-head.jsonl > /root/keep/fused-bytes <<'EOF'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.startswith('{"arm"')]
-median = {a: statistics.median(r["round_ms"] for r in rows if r["arm"] == a) for a in ("head", "all")
-          if any(r["arm"] == a for r in rows)}
-print(0 if median.get("all", 1e9) < median.get("head", 1e9) else 8 << 20)
-EOF
-echo "served next with FUSED_BYTES=$(cat /root/keep/fused-bytes)"
+python3 scripts/h200/ab_summary.py $OUT/fused-head.jsonl --lower-of all head > /root/keep/fused-arm
+echo "served next with the arm: $(cat /root/keep/fused-arm)"
 tail -3 $OUT/fused-head.log
 ls $OUT

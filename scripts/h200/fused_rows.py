@@ -27,9 +27,10 @@ import mlx.core as mx
 import drafter.dflash as dflash
 import drafter.rowwise as rowwise
 
-# A weight past this takes `fused_rows`: by default the LM heads only (the target's,
-# 57 MB; the drafter's restricted one); 0 takes every product of a verify as well.
-FUSED_BYTES = int(os.environ.get("FUSED_BYTES", 8 << 20))
+# A weight past this takes `fused_rows`: by default HEADS_BYTES, the LM heads only (the
+# target's, 57 MB; the drafter's restricted one); 0 takes every product of a verify too.
+HEADS_BYTES = 8 << 20
+FUSED_BYTES = int(os.environ.get("FUSED_BYTES", HEADS_BYTES))
 
 # Block (32, 8): lane x, output row y; each lane sums columns lane * NPT + 32 * NPT * i.
 SOURCE = """
