@@ -8,11 +8,16 @@ docs/benchmark_results/cpu-polyexp-swiglu.md, SmolLM2-135M's 30 activations took
 `polyexp.swiglu` (the same function with drafter/polyexp.py's vectorised exp) took
 39 ms and 1.2 ms.
 
-Two modes (`ACTIVATION_MODES`): "mlx" leaves the layers as they are; "polyexp" gives
+Three modes (`ACTIVATION_MODES`): "mlx" leaves the layers as they are; "polyexp" gives
 every module whose class's `__call__` calls mlx-lm's `swiglu` a subclass whose
 `__call__` is the same code with that one name bound to `polyexp.swiglu`. mlx-lm's
 code runs as written, nothing process-wide changes, and swapping the class back
-restores it. `choose_activation` says which is the default where.
+restores it. "compiled" (for a GPU) gives them a subclass whose multi-row calls
+(a verify block) run mlx-lm's `__call__` through `mx.compile`, one compiled function
+per module: a GPU round is host work, each op of a forward costs its Python call,
+and a compiled feed-forward block replays its traced graph from C++ instead (the
+same ops, so the same bits). One-row steps and prefill chunks run as written.
+`choose_activation` says which is the default where.
 
 The activation is elementwise, so a row's output does not depend on the rows beside
 it: a verify row and a classic step still get the same bits wherever their products
@@ -21,15 +26,20 @@ do (tests/drafter/test_activation.py), and prompt-cache hits stay exact.
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Any
 
+import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.activations import swiglu as mlx_swiglu
 
 from drafter import polyexp
 from drafter.capture import Call, hooked_class, original_class
 from drafter.diagnostics import ACTIVATION_MODES
+from drafter.rowwise import MAX_ROWS
+
+PREFIXES = {"polyexp": "Polyexp", "compiled": "Compiled"}  # the hooked classes' names
 
 
 def calls_mlx_swiglu(cls: type) -> bool:
@@ -53,6 +63,34 @@ def with_polyexp_swiglu(original: Call) -> Call:
     )
 
 
+def with_compiled_rows(original: Call) -> Call:
+    """`original`, through a compiled copy of it for inputs of 2 to MAX_ROWS rows.
+
+    The compiled function is made on a module's first multi-row call and kept in its
+    `__dict__` (not a parameter); `set_activation` drops it, so a class swap of the
+    products (drafter/linear.py, which traced graphs would not see) re-traces."""
+
+    def __call__(self: nn.Module, x: mx.array) -> mx.array:
+        if not 1 < math.prod(x.shape[:-1]) <= MAX_ROWS:
+            return original(self, x)
+        compiled = self.__dict__.get("_compiled")
+        if compiled is None:
+            compiled = self.__dict__["_compiled"] = mx.compile(lambda rows: original(self, rows))
+        return compiled(x)
+
+    return __call__
+
+
+HOOKS = {"polyexp": with_polyexp_swiglu, "compiled": with_compiled_rows}
+
+
+def plain_class(cls: type) -> type:
+    """`cls` with any activation hook undone."""
+    for prefix in PREFIXES.values():
+        cls = original_class(cls, prefix)
+    return cls
+
+
 def set_activation(model: nn.Module, mode: str) -> int:
     """Put `model`'s feed-forward layers in the `mode` activation, from whichever they
     were in; returns how many modules changed class."""
@@ -61,12 +99,13 @@ def set_activation(model: nn.Module, mode: str) -> int:
     changed = 0
     for module in model.modules():
         cls = type(module)
-        plain = original_class(cls, "Polyexp")
+        plain = plain_class(cls)
         if not calls_mlx_swiglu(plain):
             continue
+        module.__dict__.pop("_compiled", None)
         target = plain
-        if mode == "polyexp":
-            target = hooked_class(plain, "Polyexp", with_polyexp_swiglu)
+        if mode in HOOKS:
+            target = hooked_class(plain, PREFIXES[mode], HOOKS[mode])
         if target is not cls:
             module.__class__ = target
             changed += 1

@@ -103,6 +103,8 @@ class Engine:
         if self.drafter is not None:
             self.drafter.set_linear(mode)
         self._linear = mode
+        if hasattr(self, "_activation"):  # compiled feed-forward blocks traced the old layout
+            self.activation = self._activation
 
     @property
     def activation(self) -> str:

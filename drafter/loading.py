@@ -164,6 +164,12 @@ def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> Default
     return DefaultPair("smollm2-135m-instruct", target, DEFAULT_DRAFTER)
 
 
+def gpu_ignores_polyexp(activation: str | None, backend: str) -> str | None:
+    """The activation asked for, but None (the engine's own choice) for polyexp off the
+    CPU: polyexp is a CPU mode (drafter/activation.py)."""
+    return None if backend != "cpu" and activation == "polyexp" else activation
+
+
 def load_engine(options: LoadOptions) -> Loaded:
     """Load the target (+ drafter), resolve the width, and build the Engine."""
     device = probe_device()
@@ -196,7 +202,7 @@ def load_engine(options: LoadOptions) -> Loaded:
         context_length=context_length(target_path),
         drafter=drafter if speculative else None,
         block_size=resolution.width if speculative else None,
-        activation=options.activation if device.backend == "cpu" else None,
+        activation=gpu_ignores_polyexp(options.activation, device.backend),
     )
     if not speculative:
         exactness = "off" if options.exactness == "off" else "n/a"

@@ -205,13 +205,14 @@ class ServeSettings(BaseSettings):
         "rounding",
     )
 
-    activation: Literal["auto", "mlx", "polyexp"] = setting(
+    activation: Literal["auto", "mlx", "polyexp", "compiled"] = setting(
         "auto",
         scope="worker",
-        help="the target's feed-forward SwiGLU on the CPU: mlx (mlx-lm's), polyexp (with a "
-        "vectorised exp: cheaper prefills; freed memory is kept for reuse), or auto "
-        "(polyexp when speculating on an Intel CPU, else mlx: drafter/activation.py says "
-        "why); a GPU ignores it",
+        help="the target's feed-forward SwiGLU: mlx (mlx-lm's), polyexp (CPU only, a GPU "
+        "ignores it: with a vectorised exp, cheaper prefills; freed memory is kept for "
+        "reuse), compiled (mlx-lm's, its multi-row calls through mx.compile: less host "
+        "work a verify), or auto (polyexp when speculating on an Intel CPU, else mlx: "
+        "drafter/activation.py says why)",
     )
 
     @field_validator(

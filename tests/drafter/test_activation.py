@@ -104,3 +104,72 @@ def test_the_cpu_default_activation_is_polyexp_only_for_speculation_on_intel(
     AMD CPU or an unreadable vendor keeps mlx."""
     monkeypatch.setattr(cpu_blas, "cpu_vendor", lambda: vendor)
     assert choose_activation(speculative) == expected
+
+
+def test_compiled_activation_gives_multi_row_calls_the_same_bits_and_leaves_one_row_calls(
+    pair: Pair,
+) -> None:
+    """The compiled feed-forward block is the same ops, so the same bits; a module keeps
+    one compiled function, made on its first multi-row call, and a one-row step or a
+    prefill wider than rowwise.MAX_ROWS runs as written."""
+    mlp = next(m for m in pair.model.modules() if calls_mlx_swiglu(type(m)))
+    key = mx.random.key(3)
+    shapes = [(1, 8, mlp.gate_proj.weight.shape[1]), (1, 1, mlp.gate_proj.weight.shape[1])]
+    inputs = [mx.random.normal(s, key=key) for s in shapes + [(1, 40, shapes[0][2])]]
+    plain = [mlp(x) for x in inputs]
+    try:
+        assert set_activation(pair.model, "compiled") > 0
+        assert type(mlp).__name__.startswith("Compiled")
+        compiled = [mlp(x) for x in inputs]
+        made = mlp.__dict__.get("_compiled")
+        assert made is not None, "the 8-row call made the compiled function"
+        mlp(inputs[0])
+        assert mlp.__dict__["_compiled"] is made, "and later calls reuse it"
+        for want, got in zip(plain, compiled, strict=True):
+            assert np.array_equal(np.array(want), np.array(got))
+    finally:
+        set_activation(pair.model, "mlx")
+    assert "_compiled" not in mlp.__dict__, "swapping the class back drops the function"
+    assert not any(type(m).__name__.startswith("Compiled") for m in pair.model.modules())
+
+
+def test_a_compiled_speculative_engine_decodes_as_classic_and_retraces_after_a_layout_swap(
+    pair: Pair,
+) -> None:
+    """Greedy speculative output under the compiled activation (rowwise products, as on
+    CUDA) equals classic decode; a new product layout (drafter/linear.py) drops the
+    compiled functions, which had traced the old one, and keeps the activation."""
+    from drafter.engine import Engine
+    from drafter.linear import choose_linear
+    from drafter.sampling import SamplingParams
+
+    prompt = list(b"The quick brown fox")
+    engine = Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=pair.drafter,
+        block_size=4,
+        attention="exact",
+        linear="rowwise",
+        activation="mlx",
+    )
+
+    def decode(width: int | None) -> list[int]:
+        steps = engine.generate(prompt, 24, SamplingParams(), ignore_eos=True, width=width)
+        return [t.id for step in steps for t in step]
+
+    classic = decode(None)
+    try:
+        engine.activation = "compiled"
+        assert decode(4) == classic
+        assert any("_compiled" in m.__dict__ for m in pair.model.modules())
+        engine.linear = "matrix"
+        assert not any("_compiled" in m.__dict__ for m in pair.model.modules())
+        assert engine.activation == "compiled"
+        assert any(type(m).__name__.startswith("Compiled") for m in pair.model.modules())
+        assert decode(4) == classic
+    finally:
+        engine.activation = "mlx"
+        engine.linear = choose_linear()
