@@ -40,6 +40,7 @@ from drafter.diagnostics import ACTIVATION_MODES
 from drafter.rowwise import MAX_ROWS
 
 PREFIXES = {"polyexp": "Polyexp", "compiled": "Compiled"}  # the hooked classes' names
+FEWEST_COMPILED_ROWS = 2  # 1 would compile classic steps too (scripts/h200/compiled_ffn.py)
 
 
 def calls_mlx_swiglu(cls: type) -> bool:
@@ -64,14 +65,15 @@ def with_polyexp_swiglu(original: Call) -> Call:
 
 
 def with_compiled_rows(original: Call) -> Call:
-    """`original`, through a compiled copy of it for inputs of 2 to MAX_ROWS rows.
+    """`original`, through a compiled copy of it for inputs of FEWEST_COMPILED_ROWS to
+    MAX_ROWS rows.
 
     The compiled function is made on a module's first multi-row call and kept in its
     `__dict__` (not a parameter); `set_activation` drops it, so a class swap of the
     products (drafter/linear.py, which traced graphs would not see) re-traces."""
 
     def __call__(self: nn.Module, x: mx.array) -> mx.array:
-        if not 1 < math.prod(x.shape[:-1]) <= MAX_ROWS:
+        if not FEWEST_COMPILED_ROWS <= math.prod(x.shape[:-1]) <= MAX_ROWS:
             return original(self, x)
         compiled = self.__dict__.get("_compiled")
         if compiled is None:

@@ -6,8 +6,9 @@ the same output bit for bit, what a verify's host build costs, and an in-process
    prompts decoded greedily (128 tokens) at width 8 under "compiled" against classic.
 2. Build and evaluation: a width-8 verify forward (and a one-row step) built without
    evaluating it, then evaluated, n = 50 each per arm: where a verify's time goes.
-3. `ab.alternate`: `draftwise profile`'s width-8 measurement, arms alternating, n passes
-   ("before": mlx, the shipped CUDA activation).
+3. `ab.alternate`: `draftwise profile`'s width-8 measurement, arms alternating, n passes:
+   "before" (mlx, the shipped CUDA activation), "compiled", and "all" (compiled one-row
+   steps too: would classic decode gain as much?).
 argv: n (default 10), tokens (default 128). Prints JSON lines."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import time
 import mlx.core as mx
 from ab import alternate, width8_engine
 
+from drafter import activation
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
@@ -63,8 +65,14 @@ def exactness(engine: Engine, prompts: list[list[int]]) -> bool:
     return ok
 
 
+def use(engine: Engine, mode: str) -> None:
+    """Arm "all" is "compiled" with one-row calls compiled too."""
+    activation.FEWEST_COMPILED_ROWS = 1 if mode == "all" else 2
+    engine.activation = "mlx" if mode == "before" else "compiled"
+
+
 def build_and_eval(engine: Engine, prompt: list[int], mode: str, rows: int, n: int = 50) -> None:
-    engine.activation = mode
+    use(engine, mode)
     session = Session(engine, SamplingParams(), GenerationStats(), True, width=8)
     session.prefill(prompt, 64)
     tokens = mx.array([prompt[-rows:]])
@@ -91,10 +99,9 @@ engine = width8_engine()
 prompts = [engine.tokenizer.encode(p) for p in read_prompts_file(PROMPTS).first_per_kind(4).prompts]
 exact = exactness(engine, prompts)
 for _ in range(2):
-    for mode in ("mlx", "compiled"):
+    for mode in ("before", "compiled", "all"):
         build_and_eval(engine, prompts[0], mode, 8)
         build_and_eval(engine, prompts[0], mode, 1)
 if exact:
-    arms = {"before": lambda: setattr(engine, "activation", "mlx")}
-    arms["compiled"] = lambda: setattr(engine, "activation", "compiled")
+    arms = {mode: lambda mode=mode: use(engine, mode) for mode in ("before", "compiled", "all")}
     alternate(engine, arms, N, TOKENS)
