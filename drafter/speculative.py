@@ -207,14 +207,17 @@ class Session:
         self.engine.remember(prompt, self.cache, everything)
         if self.engine.reserve_kv:  # after `remember`, which copies the cache as it is
             reserve(self.cache + self.draft_cache, len(prompt), max_tokens + self.width)
+        scores = token_scores(logits, self.counts, self.params)
+        anchor = self.chooser.choose(scores).item()
         if self.drafter is not None and everything is not None:
             # The prompt's context rows are projected here, with the prompt, not in
-            # the first round (drafter/dflash.py: DFlashDrafter.ingest).
+            # the first round (drafter/dflash.py: DFlashDrafter.ingest), and after the
+            # first token's sync: that token waits only for the target, as classic
+            # decode's does, while the device projects the rows as the host builds the
+            # first round.
             self.drafter.ingest(everything, self.draft_cache)
             mx.async_eval([c.state for c in self.draft_cache])
             self.context = everything[:, :0]  # nothing new for the first round
-        scores = token_scores(logits, self.counts, self.params)
-        anchor = self.chooser.choose(scores).item()
         self.count([anchor])
         return make_tokens([anchor], log_softmax(scores)[None], self.params)
 
