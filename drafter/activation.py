@@ -116,8 +116,8 @@ def set_activation(model: nn.Module, mode: str) -> int:
 
 def choose_activation(speculative: bool) -> str:
     """The activation where none is asked for: polyexp for a speculative engine on an
-    Intel CPU, where it was measured; mlx elsewhere (classic decode, a GPU, whose
-    activation is one vectorised kernel already, and an AMD CPU, unmeasured).
+    Intel CPU, compiled for one on CUDA, where each was measured; mlx elsewhere (classic
+    decode, Metal, and an AMD CPU, unmeasured).
 
     Served on the Intel VM, every arm up at once and visited in turn (n = 3, 64 tokens;
     cpu-intel-heldout12-w4-activation-ab.md, cpu-intel-heldout24-w4-polyexp-default.md),
@@ -125,8 +125,15 @@ def choose_activation(speculative: bool) -> str:
     the first token by 13-15% in every arm. Width 4 requests then ran 2% and 11% faster
     (per prompt medians; faster in 20 of 24 and 12 of 12 prompts). Classic decode's
     one-row steps ran 2-6% slower, more than the prefill gave back over 64 tokens (whole
-    requests 0.96-0.99 of mlx's), which is what session 28 saw; so classic keeps mlx."""
-    from drafter.cpu_blas import INTEL, cpu_vendor
-    from drafter.device import on_cpu
+    requests 0.96-0.99 of mlx's), which is what session 28 saw; so classic keeps mlx.
 
+    On an H100 (h100-compiled-ffn.md) compiled verify blocks were bit-equal to mlx's and
+    the width-8 round was cheaper in 8 of 9 round-by-round interleaved runs (median
+    0.37 ms, about 3%, on a slow host); one-row steps compiled did not gain (2 of 4), so
+    classic decode keeps mlx-lm's steps as they are."""
+    from drafter.cpu_blas import INTEL, cpu_vendor
+    from drafter.device import on_cpu, on_cuda
+
+    if speculative and on_cuda():
+        return "compiled"
     return "polyexp" if speculative and on_cpu() and cpu_vendor() == INTEL else "mlx"

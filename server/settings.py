@@ -211,8 +211,8 @@ class ServeSettings(BaseSettings):
         help="the target's feed-forward SwiGLU: mlx (mlx-lm's), polyexp (CPU only, a GPU "
         "ignores it: with a vectorised exp, cheaper prefills; freed memory is kept for "
         "reuse), compiled (mlx-lm's, its multi-row calls through mx.compile: less host "
-        "work a verify), or auto (polyexp when speculating on an Intel CPU, else mlx: "
-        "drafter/activation.py says why)",
+        "work a verify), or auto (polyexp when speculating on an Intel CPU, compiled "
+        "when speculating on CUDA, else mlx: drafter/activation.py says why)",
     )
 
     @field_validator(

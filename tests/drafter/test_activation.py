@@ -106,6 +106,19 @@ def test_the_cpu_default_activation_is_polyexp_only_for_speculation_on_intel(
     assert choose_activation(speculative) == expected
 
 
+@pytest.mark.parametrize(("speculative", "expected"), [(True, "compiled"), (False, "mlx")])
+def test_the_cuda_default_activation_is_compiled_only_for_speculation(
+    monkeypatch: pytest.MonkeyPatch, speculative: bool, expected: str
+) -> None:
+    """Measured on an H100 for the verify's multi-row calls; classic decode's one-row
+    steps did not gain, so a classic engine keeps mlx."""
+    from drafter import device
+
+    monkeypatch.setattr(device, "on_cuda", lambda: True)
+    monkeypatch.setattr(device, "on_cpu", lambda: False)
+    assert choose_activation(speculative) == expected
+
+
 def test_compiled_activation_gives_multi_row_calls_the_same_bits_and_leaves_one_row_calls(
     pair: Pair,
 ) -> None:
