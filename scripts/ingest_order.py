@@ -22,6 +22,7 @@ from collections.abc import Generator
 import mlx.core as mx
 
 from drafter.decoding import GenerationStats, Token, make_tokens, prefill_steps
+from drafter.engine import Engine
 from drafter.loading import LoadOptions, load_engine
 from drafter.sampling import SamplingParams, log_softmax, token_scores
 from drafter.speculative import Session
@@ -53,8 +54,8 @@ def before(self: Session, prompt: list[int], max_tokens: int) -> Generator[None,
     return make_tokens([anchor], log_softmax(scores)[None], self.params)
 
 
-def request(engine: object, prompt: list[int], width: int, tokens: int) -> dict[str, object]:
-    session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)  # type: ignore[arg-type]
+def request(engine: Engine, prompt: list[int], width: int, tokens: int) -> dict[str, object]:
+    session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
     began = time.perf_counter()
     ids: list[int] = []
     first = 0.0
@@ -79,7 +80,7 @@ def main() -> None:
     options = LoadOptions(ServeSettings().cache_dir, exactness="off", warm_up=True)
     engine = load_engine(options).engine
     engine.prompt_cache = None  # every request a cold prefill, as `draftwise bench` serves
-    width = args.width or engine.block_size
+    width: int = args.width or engine.block_size or 1
     arms = {"before": before, "after": AFTER}
     rows: dict[str, list[dict[str, object]]] = {name: [] for name in arms}
     prompts = [engine.tokenizer.encode(p) for p in prompts_file.prompts]
