@@ -17,6 +17,8 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 
 import mlx.core as mx
 from ab import alternate, width8_engine
@@ -103,5 +105,7 @@ for _ in range(2):
         build_and_eval(engine, prompts[0], mode, 8)
         build_and_eval(engine, prompts[0], mode, 1)
 if exact:
-    arms = {mode: lambda mode=mode: use(engine, mode) for mode in ("before", "compiled", "all")}
+    arms: dict[str, Callable[[], None]] = {
+        mode: partial(use, engine, mode) for mode in ("before", "compiled", "all")
+    }
     alternate(engine, arms, N, TOKENS)
