@@ -33,6 +33,22 @@ def load_pair(root: Path, arch: str, target_seed: int, drafter_seed: int) -> Pai
     return Pair(arch, model, tokenizer, load_drafter(drafter_dir, model))
 
 
+def engine_on(pair: Pair, **modes: Any) -> Any:
+    """An engine on `pair` at width 4 with its drafter; `modes`: the Engine's keyword
+    arguments (attention, linear, activation)."""
+    from drafter.engine import Engine
+
+    return Engine(
+        pair.model,
+        pair.tokenizer,
+        model_id="tiny",
+        context_length=2048,
+        drafter=pair.drafter,
+        block_size=4,
+        **modes,
+    )
+
+
 @pytest.fixture(scope="module", params=ARCHITECTURES)
 def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Pair:
     """Target seed 2, drafter seed 3: one per test module and architecture."""

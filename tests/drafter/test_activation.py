@@ -15,7 +15,7 @@ from drafter import cpu_blas, polyexp
 from drafter.activation import calls_mlx_swiglu, choose_activation, set_activation
 from drafter.cpu_blas import AMD, INTEL
 from drafter.decoding import prefill
-from tests.drafter.conftest import Pair
+from tests.drafter.conftest import Pair, engine_on
 
 
 def test_swiglu_is_within_float32_rounding_of_float64_silu_times_x() -> None:
@@ -152,22 +152,11 @@ def test_a_compiled_speculative_engine_decodes_as_classic_and_retraces_after_a_l
     """Greedy speculative output under the compiled activation (rowwise products, as on
     CUDA) equals classic decode; a new product layout (drafter/linear.py) drops the
     compiled functions, which had traced the old one, and keeps the activation."""
-    from drafter.engine import Engine
     from drafter.linear import choose_linear
     from drafter.sampling import SamplingParams
 
     prompt = list(b"The quick brown fox")
-    engine = Engine(
-        pair.model,
-        pair.tokenizer,
-        model_id="tiny",
-        context_length=2048,
-        drafter=pair.drafter,
-        block_size=4,
-        attention="exact",
-        linear="rowwise",
-        activation="mlx",
-    )
+    engine = engine_on(pair, attention="exact", linear="rowwise", activation="mlx")
 
     def decode(width: int | None) -> list[int]:
         steps = engine.generate(prompt, 24, SamplingParams(), ignore_eos=True, width=width)

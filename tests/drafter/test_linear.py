@@ -14,7 +14,7 @@ from drafter.diagnostics import LINEAR_MODES
 from drafter.linear import LAYOUTS, choose_linear, set_linear
 from drafter.padded import PaddedEmbedding, PaddedLinear
 from drafter.rowwise import RowwiseEmbedding, RowwiseLinear
-from tests.drafter.conftest import Pair
+from tests.drafter.conftest import Pair, engine_on
 
 SWAPPED = {"rowwise": RowwiseEmbedding, "padded": PaddedEmbedding, "columns": ColumnsEmbedding}
 
@@ -67,16 +67,7 @@ def test_an_unknown_layout_is_refused_and_changes_nothing() -> None:
 
 
 def test_the_engine_sets_one_layout_for_target_and_drafter(pair: Pair) -> None:
-    from drafter.engine import Engine
-
-    engine = Engine(
-        pair.model,
-        pair.tokenizer,
-        model_id="tiny",
-        context_length=2048,
-        drafter=pair.drafter,
-        block_size=4,
-    )
+    engine = engine_on(pair)
     assert engine.linear == choose_linear()
     for mode in LINEAR_MODES:
         engine.linear = mode
