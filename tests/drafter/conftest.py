@@ -12,6 +12,7 @@ from mlx_lm import load
 
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import DFlashDrafter, load_drafter, write_random_drafter
+from drafter.engine import Engine
 
 ARCHITECTURES = ["qwen3", "qwen3_5"]
 
@@ -33,18 +34,17 @@ def load_pair(root: Path, arch: str, target_seed: int, drafter_seed: int) -> Pai
     return Pair(arch, model, tokenizer, load_drafter(drafter_dir, model))
 
 
-def engine_on(pair: Pair, **modes: Any) -> Any:
-    """An engine on `pair` at width 4 with its drafter; `modes`: the Engine's keyword
-    arguments (attention, linear, activation)."""
-    from drafter.engine import Engine
-
+def engine_on(pair: Pair, drafter: Any = None, width: int | None = None, **modes: Any) -> Engine:
+    """An engine on `pair`'s target: classic by default, speculative with `drafter` at
+    `width`; `modes`: the Engine's attention, linear and activation (None: the device's).
+    Modes swap layer classes of the shared model, so each engine made here sets them."""
     return Engine(
         pair.model,
         pair.tokenizer,
         model_id="tiny",
         context_length=2048,
-        drafter=pair.drafter,
-        block_size=4,
+        drafter=drafter,
+        block_size=width,
         **modes,
     )
 

@@ -156,7 +156,7 @@ def test_a_compiled_speculative_engine_decodes_as_classic_and_retraces_after_a_l
     from drafter.sampling import SamplingParams
 
     prompt = list(b"The quick brown fox")
-    engine = engine_on(pair, attention="exact", linear="rowwise", activation="mlx")
+    engine = engine_on(pair, pair.drafter, 4, attention="exact", linear="rowwise", activation="mlx")
 
     def decode(width: int | None) -> list[int]:
         steps = engine.generate(prompt, 24, SamplingParams(), ignore_eos=True, width=width)

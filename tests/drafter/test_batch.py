@@ -13,7 +13,7 @@ from drafter.batch import BatchDecoder, Sequence
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
-from tests.drafter.conftest import Pair
+from tests.drafter.conftest import Pair, engine_on
 
 WIDTH = 4
 
@@ -22,16 +22,8 @@ def engine(
     pair: Pair, speculative: bool, attention: str | None = None, linear: str | None = None
 ) -> Engine:
     """The device's layout unless asked; each engine sets it on the shared model."""
-    return Engine(
-        pair.model,
-        pair.tokenizer,
-        model_id="tiny",
-        context_length=2048,
-        drafter=pair.drafter if speculative else None,
-        block_size=WIDTH if speculative else None,
-        attention=attention,
-        linear=linear,
-    )
+    drafter, width = (pair.drafter, WIDTH) if speculative else (None, None)
+    return engine_on(pair, drafter, width, attention=attention, linear=linear)
 
 
 @dataclass

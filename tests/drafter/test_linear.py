@@ -67,7 +67,7 @@ def test_an_unknown_layout_is_refused_and_changes_nothing() -> None:
 
 
 def test_the_engine_sets_one_layout_for_target_and_drafter(pair: Pair) -> None:
-    engine = engine_on(pair)
+    engine = engine_on(pair, pair.drafter, 4)
     assert engine.linear == choose_linear()
     for mode in LINEAR_MODES:
         engine.linear = mode

@@ -17,7 +17,7 @@ from drafter.dflash import DFlashDrafter
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams, sampling_logprobs, token_logprobs
 from drafter.speculative import Session
-from tests.drafter.conftest import Pair
+from tests.drafter.conftest import Pair, engine_on
 
 WIDTHS = [2, 3, 4, 5, 8, 16]
 PROMPT = list(b"The quick brown fox")
@@ -72,18 +72,9 @@ def engine_for(
     linear: str | None = None,
     activation: str | None = None,
 ) -> Engine:
-    """An engine on the module's pair. The linear layout swaps the shared model's
-    layer classes, so each engine made here sets it (the device's unless asked)."""
-    return Engine(
-        pair.model,
-        pair.tokenizer,
-        model_id="tiny",
-        context_length=2048,
-        drafter=drafter,
-        block_size=width,
-        attention=attention,
-        linear=linear,
-        activation=activation,
+    """`engine_on` with exact attention unless asked."""
+    return engine_on(
+        pair, drafter, width, attention=attention, linear=linear, activation=activation
     )
 
 
