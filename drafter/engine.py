@@ -64,13 +64,14 @@ class Engine:
         self.block_size = block_size
         # How multi-row queries attend (drafter/attention.py); None: choose_attention().
         self.attention = choose_attention() if attention is None else attention
-        # How the products run (drafter/linear.py); None: choose_linear().
-        self.linear = choose_linear() if linear is None else linear
         # The target's feed-forward SwiGLU (drafter/activation.py); None: choose_activation(),
-        # which weighs whether this engine speculates.
+        # which weighs whether this engine speculates. Before the layout: its setter
+        # re-applies the activation.
         self.activation = (
             choose_activation(drafter is not None) if activation is None else activation
         )
+        # How the products run (drafter/linear.py); None: choose_linear().
+        self.linear = choose_linear() if linear is None else linear
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
         # Size each request's KV buffers at its prefill (drafter/attention.py: reserve);
         # off: mlx-lm's growth by 256 rows mid-request (`draftwise profile --kv grown`).
@@ -103,8 +104,7 @@ class Engine:
         if self.drafter is not None:
             self.drafter.set_linear(mode)
         self._linear = mode
-        if hasattr(self, "_activation"):  # compiled feed-forward blocks traced the old layout
-            self.activation = self._activation
+        self.activation = self.activation  # compiled feed-forward blocks traced the old layout
 
     @property
     def activation(self) -> str:
