@@ -45,7 +45,6 @@ from drafter.attention import (
     tail_mask,
     uses_polyexp,
 )
-from drafter.compiled_draft import CompiledDraft
 from drafter.decoding import DraftScores
 from drafter.files import read_config, text_config, write_dir_atomically
 from drafter.linear import set_linear
@@ -187,7 +186,7 @@ class Attention(nn.Module):
         starts = [cache.offset for cache in caches]  # each request's first new context row
         block_starts = [start + c.shape[1] for start, c in zip(starts, contexts, strict=True)]
         offset = block_starts[0] if B == 1 else mx.array(block_starts)
-        queries = self.queries(x, rope, offset)
+        queries = rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=offset)
         fetched = [self.fetch(x[b : b + 1], contexts[b], rope, caches[b]) for b in range(B)]
         if B == 1:
             keys, values, mask = fetched[0]
@@ -197,36 +196,15 @@ class Attention(nn.Module):
             keys = right_padded([k for k, _, _ in fetched], lengths, width)
             values = right_padded([v for _, v, _ in fetched], lengths, width)
             mask = (mx.arange(width)[None] < mx.array(lengths)[:, None])[:, None, None, :]
-        return self.output(self.attend(queries, keys, values, mask, caches[0]))
-
-    def queries(self, x: mx.array, rope: nn.Module, offset: int | mx.array) -> mx.array:
-        """The block rows' queries (B, heads, L, head_dim), at positions from `offset`."""
-        return rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=offset)
-
-    def keys_values(
-        self, rows: mx.array, rope: nn.Module, offset: int | mx.array
-    ) -> tuple[mx.array, mx.array]:
-        """The keys and values of `rows` (1, S, H), at positions from `offset`."""
-        keys = rope(self.k_norm(self.heads(self.k_proj(rows), self.n_kv_heads)), offset=offset)
-        return keys, self.heads(self.v_proj(rows), self.n_kv_heads)
-
-    def attend(
-        self, queries: mx.array, keys: mx.array, values: mx.array, mask: Any, cache: KVCache
-    ) -> mx.array:
-        """Attention of the block's queries over [context; block], by the cache's mode
-        (drafter/attention.py)."""
-        if mask is None and isinstance(cache, VectorKVCache):
-            return folded_attention(queries, keys, values, self.scale)
-        if uses_polyexp(cache):
-            return polyexp.attention(queries, keys, values, self.scale, mask)
-        return mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=self.scale, mask=mask
-        )
-
-    def output(self, attended: mx.array) -> mx.array:
-        """The attention output (B, heads, L, head_dim) back as (B, L, H) rows."""
-        B, _, L, _ = attended.shape
-        return self.o_proj(attended.transpose(0, 2, 1, 3).reshape(B, L, -1))
+        if mask is None and isinstance(caches[0], VectorKVCache):
+            out = folded_attention(queries, keys, values, self.scale)
+        elif uses_polyexp(caches[0]):
+            out = polyexp.attention(queries, keys, values, self.scale, mask)
+        else:
+            out = mx.fast.scaled_dot_product_attention(
+                queries, keys, values, scale=self.scale, mask=mask
+            )
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(B, L, -1))
 
     def fetch(
         self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache
@@ -241,28 +219,24 @@ class Attention(nn.Module):
         joined rows pass rowwise.MAX_ROWS (wide blocks after a long accepted run) the
         product may round differently; that moves a draft at most, never a served token.
         A prompt's rows come in before the first round (`ingest`), not here."""
+        L = x.shape[1]
+        start = cache.offset
         rows = mx.concatenate([context, x], axis=1) if context.shape[1] > 0 else x
-        keys, values = self.keys_values(rows, rope, cache.offset)
-        return self.store(keys, values, cache, x.shape[1])
-
-    def store(
-        self, keys: mx.array, values: mx.array, cache: KVCache, block_rows: int
-    ) -> tuple[mx.array, mx.array, mx.array | None]:
-        """Write the keys and values of [new context; block] into the cache, read back
-        everything it holds and the mask over it (stable attention's buffer), then trim
-        the block's `block_rows` off again."""
-        keys, values = cache.update_and_fetch(keys, values)
+        keys, values = self.write(rows, rope, cache)
         mask = None
         if isinstance(cache, StableKVCache) and cache.full_buffer:
-            block_start = cache.offset - block_rows
-            mask = tail_mask(block_start, block_rows, keys.shape[2], keys.dtype, causal=False)
-        cache.trim(block_rows)
+            block_start = start + context.shape[1]
+            mask = tail_mask(block_start, L, keys.shape[2], keys.dtype, causal=False)
+        cache.trim(L)
         return keys, values, mask
 
     def write(self, rows: mx.array, rope: nn.Module, cache: KVCache) -> tuple[mx.array, mx.array]:
         """Append the keys and values of `rows` (1, S, H), at the cache's next positions;
         returns everything the cache then holds."""
-        return cache.update_and_fetch(*self.keys_values(rows, rope, cache.offset))
+        keys = self.k_norm(self.heads(self.k_proj(rows), self.n_kv_heads))
+        keys = rope(keys, offset=cache.offset)
+        values = self.heads(self.v_proj(rows), self.n_kv_heads)
+        return cache.update_and_fetch(keys, values)
 
 
 class DecoderLayer(nn.Module):
@@ -276,11 +250,7 @@ class DecoderLayer(nn.Module):
     def __call__(
         self, x: mx.array, contexts: list[mx.array], rope: nn.Module, caches: list[KVCache]
     ) -> mx.array:
-        return self.finish(x, self.self_attn(self.input_layernorm(x), contexts, rope, caches))
-
-    def finish(self, x: mx.array, attention_out: mx.array) -> mx.array:
-        """The layer after its attention: the residual, then the feed-forward block."""
-        h = x + attention_out
+        h = x + self.self_attn(self.input_layernorm(x), contexts, rope, caches)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -448,9 +418,6 @@ class DFlashDrafter:
             self.head = target_head(target)
         else:
             self.head = RestrictedHead(head_module(target), draft_vocab, args.vocab_size)
-        # The one-request forward in compiled stages (drafter/compiled_draft.py), under
-        # the "compiled" activation; None: DFlashDraftModel's own forward.
-        self.staged: CompiledDraft | None = None
 
     @property
     def head_tokens(self) -> int:
@@ -489,26 +456,6 @@ class DFlashDrafter:
         set_linear(self.model, mode)
         if isinstance(self.head, RestrictedHead):
             self.head.rowwise = mode == "rowwise"
-        if self.staged is not None:  # its traces ran the old layout
-            self.set_activation("compiled")
-
-    def set_activation(self, mode: str) -> None:
-        """Under the "compiled" activation (drafter/activation.py) a one-request draft runs
-        in compiled stages (drafter/compiled_draft.py), traced anew; else as written."""
-        compiled = mode == "compiled"
-        self.staged = CompiledDraft(self.model, self.embed, self.head) if compiled else None
-
-    def warm(self, width: int, attention: str) -> None:
-        """Trace now what drafting `width`-row blocks will: a compiled stage is traced
-        once for each number of new context rows a round can bring (0 to width + 1)."""
-        if self.staged is None:
-            return
-        rows = len(self.target_layer_ids) * self.args.hidden_size
-        dtype = self.model.hidden_norm.weight.dtype
-        for new in range(width + 2):
-            cache = self.make_cache(attention)
-            drafted = self.draft_scores(0, mx.zeros((1, new, rows), dtype), cache, width)
-            mx.eval(drafted.tokens())
 
     def ingest(self, features: mx.array, cache: list[KVCache]) -> None:
         """Take a prompt's features (1, S, n_taps * H) into the context now (lazy).
@@ -541,11 +488,8 @@ class DFlashDrafter:
         """`draft_scores` for B requests in one forward: (B, width - 1, N), lazy."""
         mask = self.args.mask_token_id
         block = mx.array([[anchor] + [mask] * (width - 1) for anchor in anchors])
-        if self.staged is not None and len(anchors) == 1:
-            scores = self.staged(block, features[0], caches[0])
-        else:
-            hidden = self.model(self.embed(block), features, caches)
-            scores = self.head(hidden[:, 1:])
+        hidden = self.model(self.embed(block), features, caches)
+        scores = self.head(hidden[:, 1:])
         if isinstance(self.head, RestrictedHead):
             return DraftScores(scores, self.head.ids, self.head.vocab)
         return DraftScores(scores)

@@ -112,11 +112,8 @@ class Engine:
 
     @activation.setter
     def activation(self, mode: str) -> None:
-        """The target's feed-forward layers with the `mode` SwiGLU (drafter/activation.py),
-        and under "compiled" the drafter's forward in compiled stages too."""
+        """The target's feed-forward layers with the `mode` SwiGLU (drafter/activation.py)."""
         set_activation(self.model, mode)
-        if self.drafter is not None:
-            self.drafter.set_activation(mode)
         self._activation = mode
 
     def make_cache(self) -> list[Any]:

@@ -3,12 +3,11 @@
 MLX compiles each kernel shape on first use (a first speculative round of 9.4 s
 was measured on an H200), and with stable attention (drafter/attention.py)
 cuDNN builds one graph per (rows, cache buffer length) on CUDA. A short request
-of each decode path compiles the kernels, and the drafter traces its compiled
-stages for every context size a round can bring (drafter/compiled_draft.py); then
-one short request per buffer length up to WARM_KEYS builds the verify and drafter
-graphs that requests of up to that many tokens will meet (stable attention), and has
-MLX's allocator hand out a buffer of each cache size once (the whole-step sizes
-requests reserve at their prefill, drafter/attention.py: reserve).
+of each decode path compiles the kernels; then one short request per buffer
+length up to WARM_KEYS builds the verify and drafter graphs that requests of
+up to that many tokens will meet (stable attention), and has MLX's allocator
+hand out a buffer of each cache size once (the whole-step sizes requests reserve
+at their prefill, drafter/attention.py: reserve).
 
 With vector attention, the CUDA default, one round per process stayed slow: the
 one whose verify block first crosses the vector kernel's two-pass threshold
@@ -66,8 +65,6 @@ def warm_up(engine: Engine, budget_s: float = WARM_UP_BUDGET_S) -> WarmUp:
         width = engine.block_size or 1
         run(engine, base, 2 * width + 2)
         if engine.speculative:
-            assert engine.drafter is not None
-            engine.drafter.warm(width, engine.attention)
             deadline = start + budget_s
             for prompt in warm_prompts(base, width, engine.context_length):
                 if time.perf_counter() > deadline:
