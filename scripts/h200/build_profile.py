@@ -47,9 +47,14 @@ per_op("add", lambda: x + 1)
 per_op("rowwise product", lambda: view @ w.T[None])
 per_op("rope", lambda: mx.fast.rope(q, 64, traditional=False, base=1e5, scale=1.0, offset=300))
 per_op("rms_norm", lambda: mx.fast.rms_norm(x, norm_w, 1e-5))
-per_op("sdpa (3 rows)", lambda: mx.fast.scaled_dot_product_attention(q[:, :, :3], k, k, scale=0.125, mask="causal"))
+per_op(
+    "sdpa (3 rows)",
+    lambda: mx.fast.scaled_dot_product_attention(q[:, :, :3], k, k, scale=0.125, mask="causal"),
+)
 
-prompt = engine.tokenizer.encode(read_prompts_file("server/tooling/heldout_prompts.json").prompts[0])
+prompt = engine.tokenizer.encode(
+    read_prompts_file("server/tooling/heldout_prompts.json").prompts[0]
+)
 session = Session(engine, SamplingParams(), GenerationStats(), True, width=8)
 anchor = session.prefill(prompt, 400)[0].id
 mx.eval([c.state for c in session.draft_cache])
@@ -67,7 +72,8 @@ def stage_times(name: str, build: Callable[[], list[mx.array]], undo: Callable[[
         if i >= 5:
             builds.append(1e3 * (built - began))
             evals.append(1e3 * (done - built))
-    print(f"{name}: build {statistics.median(builds):.3f} ms, evaluate {statistics.median(evals):.3f} ms")
+    build_ms, eval_ms = statistics.median(builds), statistics.median(evals)
+    print(f"{name}: build {build_ms:.3f} ms, evaluate {eval_ms:.3f} ms")
 
 
 tokens = mx.array([prompt[-8:]])
