@@ -60,7 +60,7 @@ anchor = session.prefill(prompt, 400)[0].id
 mx.eval([c.state for c in session.draft_cache])
 
 
-def stage_times(name: str, build: Callable[[], list[mx.array]], undo: Callable[[], None]) -> None:
+def stage_times(name: str, build: Callable[[], list[mx.array]], undo: Callable[[], object]) -> None:
     builds, evals = [], []
     for i in range(55):
         began = time.perf_counter()
@@ -81,12 +81,12 @@ assert session.capture is not None
 stage_times(
     "verify (8 rows)",
     lambda: [engine.model(tokens, cache=session.cache), session.capture.features()],  # type: ignore[union-attr]
-    lambda: [c.trim(8) for c in session.cache] and None,
+    lambda: [c.trim(8) for c in session.cache],
 )
 stage_times(
     "step (1 row)",
     lambda: [engine.model(tokens[:, :1], cache=session.cache)],
-    lambda: [c.trim(1) for c in session.cache] and None,
+    lambda: [c.trim(1) for c in session.cache],
 )
 assert engine.drafter is not None
 context = session.take_context()
