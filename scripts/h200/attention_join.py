@@ -1,0 +1,84 @@
+"""The verify's attention chunks joined along the row axis: fewer ops, one copy more?
+
+drafter/attention.py's `chunked_attention` joins its chunks' outputs row-major (a
+transpose of each, a concatenation, a transpose back: 5 ops a layer) so that mlx-lm's
+`transpose(0, 2, 1, 3).reshape(B, N, -1)` reads them without a copy. Arm "rows" joins
+them head-major instead (one concatenation, 4 ops fewer a layer, 120 a width-8 verify),
+and that reshape then copies the block once a layer. Which is cheaper on the GPU host?
+
+1. Exactness: the 12 held-out prompts decoded greedily (128 tokens) at width 8 under
+   "rows", equal to classic decode.
+2. Round by round (`ab.alternate_rounds`, RUNS runs): "before" and "rows".
+argv: runs (default 10). Prints JSON lines and the rounds' lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import partial
+
+import mlx.core as mx
+from ab import alternate_rounds, width8_engine
+
+from drafter import attention
+from drafter.attention import VECTOR_ROWS
+from drafter.decoding import GenerationStats
+from drafter.sampling import SamplingParams
+from drafter.speculative import Session
+from server.tooling.bench import read_prompts_file
+
+RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+BEFORE = attention.chunked_attention
+
+
+def rows_joined(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
+    """`chunked_attention` with the chunks joined along the row axis (head-major)."""
+    rows, total = queries.shape[2], keys.shape[2]
+    starts = list(range(0, rows, VECTOR_ROWS))
+    chunks = mx.split(queries, starts[1:], axis=2) if len(starts) > 1 else [queries]
+    outs = []
+    for a, chunk in zip(starts, chunks, strict=True):
+        b = a + chunk.shape[2]
+        end = total - rows + b
+        k, v = (keys, values) if end == total else (keys[..., :end, :], values[..., :end, :])
+        outs.append(
+            mx.fast.scaled_dot_product_attention(
+                chunk, k, v, scale=scale, mask="causal" if b - a > 1 else None
+            )
+        )
+    return outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=2)
+
+
+ARMS = {"before": BEFORE, "rows": rows_joined}
+
+
+def use(arm: str) -> None:
+    attention.chunked_attention = ARMS[arm]  # dispatch looks the name up per call
+
+
+engine = width8_engine()
+prompts = read_prompts_file("server/tooling/heldout_prompts.json").first_per_kind(4).prompts
+
+
+def decode(prompt: list[int], width: int) -> list[int]:
+    session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
+    return [t.id for out in session.generate(prompt, 128) for t in out]
+
+
+exact = True
+for i, text in enumerate(prompts):
+    prompt = engine.tokenizer.encode(text)
+    use("before")
+    classic = decode(prompt, 1)
+    use("rows")
+    equal = decode(prompt, 8) == classic
+    exact = exact and equal
+    print(json.dumps({"prompt": i, "rows_equal": equal}), flush=True)
+print(json.dumps({"exact": exact}), flush=True)
+if exact:
+    arms: dict[str, Callable[[], None]] = {arm: partial(use, arm) for arm in ARMS}
+    for run in range(RUNS):
+        print(f"rounds run {run}", flush=True)
+        alternate_rounds(engine, arms, 8)
+use("before")
