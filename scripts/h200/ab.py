@@ -23,6 +23,7 @@ from drafter.loading import LoadOptions, load_engine
 from drafter.sampling import SamplingParams
 from drafter.speculative import Session
 from server.settings import ServeSettings
+from server.tooling.bench import read_prompts_file
 from server.tooling.profile import DEFAULT_PROMPT, profile_width
 
 PROMPT = "def quicksort(items):"
@@ -101,3 +102,28 @@ def alternate_rounds(engine: Engine, arms: dict[str, Callable[[], None]], width:
     for name, seconds in rounds.items():
         median, mean = 1000 * statistics.median(seconds), 1000 * statistics.mean(seconds)
         print(name, len(seconds), f"rounds: median {median:.2f} ms, mean {mean:.2f} ms")
+
+
+HELD_OUT = "server/tooling/heldout_prompts.json"
+
+
+def decodes_as_classic(engine: Engine, use: Callable[[str], None], arm: str) -> bool:
+    """Whether the 12 held-out prompts (the first 4 of each kind), decoded greedily for
+    128 tokens at width 8 with `arm` in use, equal classic decode with arm "before";
+    prints one JSON line a prompt, then {"exact": ...}."""
+
+    def decode(prompt: list[int], width: int) -> list[int]:
+        session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
+        return [t.id for out in session.generate(prompt, 128) for t in out]
+
+    exact = True
+    for i, text in enumerate(read_prompts_file(HELD_OUT).first_per_kind(4).prompts):
+        prompt = engine.tokenizer.encode(text)
+        use("before")
+        classic = decode(prompt, 1)
+        use(arm)
+        equal = decode(prompt, 8) == classic
+        exact = exact and equal
+        print(json.dumps({"prompt": i, f"{arm}_equal": equal}), flush=True)
+    print(json.dumps({"exact": exact}), flush=True)
+    return exact

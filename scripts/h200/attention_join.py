@@ -13,20 +13,15 @@ argv: runs (default 10). Prints JSON lines and the rounds' lines."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from functools import partial
 
 import mlx.core as mx
-from ab import alternate_rounds, width8_engine
+from ab import alternate_rounds, decodes_as_classic, width8_engine
 
 from drafter import attention
 from drafter.attention import VECTOR_ROWS
-from drafter.decoding import GenerationStats
-from drafter.sampling import SamplingParams
-from drafter.speculative import Session
-from server.tooling.bench import read_prompts_file
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 10
 BEFORE = attention.chunked_attention
@@ -58,24 +53,9 @@ def use(arm: str) -> None:
 
 
 engine = width8_engine()
-prompts = read_prompts_file("server/tooling/heldout_prompts.json").first_per_kind(4).prompts
 
 
-def decode(prompt: list[int], width: int) -> list[int]:
-    session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
-    return [t.id for out in session.generate(prompt, 128) for t in out]
-
-
-exact = True
-for i, text in enumerate(prompts):
-    prompt = engine.tokenizer.encode(text)
-    use("before")
-    classic = decode(prompt, 1)
-    use("rows")
-    equal = decode(prompt, 8) == classic
-    exact = exact and equal
-    print(json.dumps({"prompt": i, "rows_equal": equal}), flush=True)
-print(json.dumps({"exact": exact}), flush=True)
+exact = decodes_as_classic(engine, use, "rows")
 if exact:
     arms: dict[str, Callable[[], None]] = {arm: partial(use, arm) for arm in ARMS}
     for run in range(RUNS):

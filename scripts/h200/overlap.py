@@ -16,19 +16,15 @@ argv: runs (default 6)."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import mlx.core as mx
-from ab import alternate_rounds, width8_engine
+from ab import alternate_rounds, decodes_as_classic, width8_engine
 
-from drafter.decoding import GenerationStats
-from drafter.sampling import SamplingParams
 from drafter.speculative import Round, Session
-from server.tooling.bench import read_prompts_file
 
 RUNS = int(sys.argv[1]) if len(sys.argv) > 1 else 6
 CUTS = (9, 19)  # layers no capture hook taps (the default pair taps 1, 8, 14, 20, 27)
@@ -64,23 +60,7 @@ def use(arm: str) -> None:
     Session.open = early_open if arm in ("early", "both") else PLAIN_OPEN  # type: ignore[method-assign]
 
 
-def decode(prompt: list[int], width: int) -> list[int]:
-    session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
-    return [t.id for out in session.generate(prompt, 128) for t in out]
-
-
-exact = True
-for i, text in enumerate(
-    read_prompts_file("server/tooling/heldout_prompts.json").first_per_kind(4).prompts
-):
-    prompt = engine.tokenizer.encode(text)
-    use("before")
-    classic = decode(prompt, 1)
-    use("both")
-    equal = decode(prompt, 8) == classic
-    exact = exact and equal
-    print(json.dumps({"prompt": i, "both_equal": equal}), flush=True)
-print(json.dumps({"exact": exact}), flush=True)
+exact = decodes_as_classic(engine, use, "both")
 if exact:
     arms: dict[str, Callable[[], None]] = {
         arm: partial(use, arm) for arm in ("before", "split", "early", "both")
