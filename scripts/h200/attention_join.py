@@ -53,8 +53,6 @@ def use(arm: str) -> None:
 
 
 engine = width8_engine()
-
-
 exact = decodes_as_classic(engine, use, "rows")
 if exact:
     arms: dict[str, Callable[[], None]] = {arm: partial(use, arm) for arm in ARMS}
