@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import mlx.core as mx
+
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.loading import LoadOptions, load_engine
@@ -107,23 +109,44 @@ def alternate_rounds(engine: Engine, arms: dict[str, Callable[[], None]], width:
 HELD_OUT = "server/tooling/heldout_prompts.json"
 
 
+def decode(engine: Engine, prompt: list[int], width: int, tokens: int = 128) -> list[int]:
+    """`prompt` decoded greedily for `tokens` tokens (EOS ignored) at `width` rows."""
+    session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
+    return [t.id for out in session.generate(prompt, tokens) for t in out]
+
+
 def decodes_as_classic(engine: Engine, use: Callable[[str], None], arm: str) -> bool:
     """Whether the 12 held-out prompts (the first 4 of each kind), decoded greedily for
     128 tokens at width 8 with `arm` in use, equal classic decode with arm "before";
     prints one JSON line a prompt, then {"exact": ...}."""
-
-    def decode(prompt: list[int], width: int) -> list[int]:
-        session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
-        return [t.id for out in session.generate(prompt, 128) for t in out]
-
     exact = True
     for i, text in enumerate(read_prompts_file(HELD_OUT).first_per_kind(4).prompts):
         prompt = engine.tokenizer.encode(text)
         use("before")
-        classic = decode(prompt, 1)
+        classic = decode(engine, prompt, 1)
         use(arm)
-        equal = decode(prompt, 8) == classic
+        equal = decode(engine, prompt, 8) == classic
         exact = exact and equal
         print(json.dumps({"prompt": i, f"{arm}_equal": equal}), flush=True)
     print(json.dumps({"exact": exact}), flush=True)
     return exact
+
+
+def build_and_evaluate(
+    build: Callable[[], list[mx.array]], undo: Callable[[], object], n: int = 50
+) -> tuple[float, float]:
+    """Median ms to build `build()`'s arrays (the Python of it, nothing evaluated) and
+    then to evaluate them, over n calls after 5 untimed ones; `undo` after each call
+    (a verify's cache rows trimmed off again)."""
+    builds, evals = [], []
+    for i in range(n + 5):
+        began = time.perf_counter()
+        out = build()
+        built = time.perf_counter()
+        mx.eval(out)
+        done = time.perf_counter()
+        undo()
+        if i >= 5:
+            builds.append(1e3 * (built - began))
+            evals.append(1e3 * (done - built))
+    return statistics.median(builds), statistics.median(evals)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import statistics
 import time
 from collections.abc import Callable
 
 import mlx.core as mx
-from ab import width8_engine
+from ab import build_and_evaluate, width8_engine
 
 from drafter.decoding import GenerationStats
 from drafter.sampling import SamplingParams
@@ -61,18 +60,7 @@ mx.eval([c.state for c in session.draft_cache])
 
 
 def stage_times(name: str, build: Callable[[], list[mx.array]], undo: Callable[[], object]) -> None:
-    builds, evals = [], []
-    for i in range(55):
-        began = time.perf_counter()
-        out = build()
-        built = time.perf_counter()
-        mx.eval(out)
-        done = time.perf_counter()
-        undo()
-        if i >= 5:
-            builds.append(1e3 * (built - began))
-            evals.append(1e3 * (done - built))
-    build_ms, eval_ms = statistics.median(builds), statistics.median(evals)
+    build_ms, eval_ms = build_and_evaluate(build, undo)
     print(f"{name}: build {build_ms:.3f} ms, evaluate {eval_ms:.3f} ms")
 
 

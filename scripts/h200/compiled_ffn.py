@@ -14,14 +14,12 @@ argv: n (default 10), tokens (default 128). Prints JSON lines."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from functools import partial
 
 import mlx.core as mx
-from ab import alternate, width8_engine
+from ab import alternate, build_and_evaluate, decode, width8_engine
 
 from drafter import activation
 from drafter.decoding import GenerationStats
@@ -47,19 +45,14 @@ def verify_once(engine: Engine, prompt: list[int], mode: str) -> list[mx.array]:
     return out
 
 
-def decode(engine: Engine, prompt: list[int], width: int | None) -> list[int]:
-    session = Session(engine, SamplingParams(), GenerationStats(), True, width=width)
-    return [t.id for tokens in session.generate(prompt, TOKENS) for t in tokens]
-
-
 def exactness(engine: Engine, prompts: list[list[int]]) -> bool:
     ok = True
     for i, prompt in enumerate(prompts):
         plain = verify_once(engine, prompt, "mlx")
         compiled = verify_once(engine, prompt, "compiled")
         equal = all(mx.array_equal(a, b).item() for a, b in zip(plain, compiled, strict=True))
-        classic = decode(engine, prompt, 1)
-        spec = decode(engine, prompt, 8)
+        classic = decode(engine, prompt, 1, TOKENS)
+        spec = decode(engine, prompt, 8, TOKENS)
         row = {"prompt": i, "verify_equal": equal, "decode_equal": spec == classic}
         print(json.dumps(row), flush=True)
         ok = ok and equal and spec == classic
@@ -78,22 +71,17 @@ def build_and_eval(engine: Engine, prompt: list[int], mode: str, rows: int, n: i
     session = Session(engine, SamplingParams(), GenerationStats(), True, width=8)
     session.prefill(prompt, 64)
     tokens = mx.array([prompt[-rows:]])
-    build, evaluate = [], []
-    for i in range(n + 5):
-        began = time.perf_counter()
+
+    def verify() -> list[mx.array]:
         out = [engine.model(tokens, cache=session.cache)]
         if session.capture is not None and rows > 1:
             out.append(session.capture.features())
-        built = time.perf_counter()
-        mx.eval(out)
-        done = time.perf_counter()
-        for cache in session.cache:
-            cache.trim(rows)
-        if i >= 5:
-            build.append(1e3 * (built - began))
-            evaluate.append(1e3 * (done - built))
-    row = {"build_arm": mode, "rows": rows, "build_ms": statistics.median(build)}
-    row["eval_ms"] = statistics.median(evaluate)
+        return out
+
+    build_ms, eval_ms = build_and_evaluate(
+        verify, lambda: [cache.trim(rows) for cache in session.cache], n
+    )
+    row = {"build_arm": mode, "rows": rows, "build_ms": build_ms, "eval_ms": eval_ms}
     print(json.dumps(row), flush=True)
 
 
