@@ -50,11 +50,14 @@ not, with no array mask, and builds nothing per shape. With
 `MLX_CUDA_USE_CUDNN_SDPA=0` (read once per process) it is the kernel every such
 query takes, the one-row classic step included, so:
 
-- the target's causal verify block is split into chunks of at most 3 rows, each
-  over its own exact-length keys (`chunked_attention`); row i of a chunk sees
-  exactly the keys row i sees in one causal call, and each row is computed by
-  the kernel a one-row step uses: a verify row's logits equal classic decode's
-  bit for bit where the linear layers match too (drafter/rowwise.py);
+- the target's causal verify block runs in one launch of that kernel's code over
+  all its rows (drafter/vector_rows.py; 1.0 ms off a 6.5 ms width-8 round on an
+  H100, h100-vector-rows.md). Past the kernel's one-pass key count it is split
+  into chunks of at most 3 rows instead, each over its own exact-length keys
+  (`chunked_attention`). Either way row i sees exactly the keys it sees in one
+  causal call and is computed as a one-row step computes it: a verify row's
+  logits equal classic decode's bit for bit where the linear layers match too
+  (drafter/rowwise.py);
 - the drafter's unmasked block attention folds its rows into heads
   (`folded_attention`): one one-row query per (head, row), one kernel call.
 
@@ -71,7 +74,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
-from drafter import polyexp
+from drafter import polyexp, vector_rows
+from drafter.vector_rows import VECTOR_ROWS
 
 MAX_STABLE_ROWS = 64  # wider updates (prefill chunks) keep the exact-length path
 STEP = KVCache.step  # mlx-lm grows its buffers by 256 rows
@@ -160,14 +164,11 @@ def right_padded(buffers: list[mx.array], lengths: list[int], width: int) -> mx.
     return mx.concatenate(rows, axis=0)
 
 
-VECTOR_ROWS = 3  # MLX's CUDA vector kernel serves 1 to 3 query rows (supports_sdpa_vector)
-VECTOR_TWO_PASS_KEYS = 1024  # past this many keys it takes its two-pass variant
-# (sdpa_vector_fallback in mlx/backend/cuda/scaled_dot_product_attention.cu, MLX 0.32)
 CUDNN_ENV = "MLX_CUDA_USE_CUDNN_SDPA"
 
 
 class VectorKVCache(KVCache):
-    """A KVCache whose multi-row causal attention goes through `chunked_attention`."""
+    """A KVCache whose multi-row causal attention goes through `causal_block`."""
 
 
 class PolyexpKVCache(KVCache):
@@ -213,6 +214,15 @@ def chunked_attention(
     return joined.transpose(0, 2, 1, 3)
 
 
+def causal_block(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
+    """A causal verify block on MLX's vector kernel: all rows in one launch
+    (drafter/vector_rows.py) where its one-pass variant takes every row, else
+    `chunked_attention`. Either way each row is computed as a one-row step computes it."""
+    if vector_rows.available() and vector_rows.fits(queries, keys, values):
+        return vector_rows.causal_rows(queries, keys, values, scale)
+    return chunked_attention(queries, keys, values, scale)
+
+
 def folded_attention(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
     """Unmasked attention of L query rows as L * H one-row queries. Folded head
     h * L + i is row i of head h; under grouped-query attention it reads key head
@@ -227,7 +237,7 @@ def folded_attention(queries: mx.array, keys: mx.array, values: mx.array, scale:
 def dispatch(original: Any) -> Any:
     """mlx-lm's `scaled_dot_product_attention`, routed by the layer's cache: a polyexp
     cache's calls to polyexp.attention, a VectorKVCache's causal verify blocks to
-    `chunked_attention`; every other call to `original`."""
+    `causal_block`; every other call to `original`."""
 
     def scaled_dot_product_attention(
         queries: mx.array,
@@ -249,7 +259,7 @@ def dispatch(original: Any) -> Any:
             and isinstance(mask, str)
             and mask == "causal"
         ):
-            return chunked_attention(queries, keys, values, scale)
+            return causal_block(queries, keys, values, scale)
         return original(queries, keys, values, cache=cache, scale=scale, mask=mask, sinks=sinks)
 
     scaled_dot_product_attention.original = original  # type: ignore[attr-defined]

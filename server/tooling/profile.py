@@ -98,7 +98,8 @@ def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="auto",
         help="attention (drafter/attention.py): exact-length keys, polyexp (MLX's "
         "attention with a vectorised exp, drafter/polyexp.py), stable "
-        "(whole 256-row buffer, masked), vector (the CUDA vector kernel in chunks), "
+        "(whole 256-row buffer, masked), vector (the CUDA vector kernel, a verify block "
+        "in one launch), "
         "or auto (vector on CUDA, polyexp on an AMD CPU under MKL, else exact). On CUDA, "
         "stable pays only with cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA=1), vector only "
         "with it off (unset or 0)",

@@ -17,7 +17,6 @@ from mlx_lm.models.cache import KVCache
 from drafter import polyexp
 from drafter.attention import (
     RESERVE_AHEAD,
-    VECTOR_ROWS,
     PolyexpKVCache,
     StableKVCache,
     VectorKVCache,
@@ -29,6 +28,7 @@ from drafter.attention import (
     tail_mask,
 )
 from drafter.checkpoints.tiny import write_tiny_model
+from drafter.vector_rows import VECTOR_ROWS
 
 
 def feed(cache: KVCache, rows: int, offset_seed: int = 0) -> tuple[mx.array, mx.array]:

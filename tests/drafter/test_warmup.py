@@ -7,12 +7,13 @@ import time
 
 import pytest
 
-from drafter.attention import STEP, VECTOR_ROWS, VECTOR_TWO_PASS_KEYS
+from drafter.attention import STEP
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import SamplingParams
 from drafter.speculative import Session
+from drafter.vector_rows import VECTOR_ROWS, VECTOR_TWO_PASS_KEYS
 from drafter.warmup import (
     TEXT,
     WARM_KEYS,

@@ -1,0 +1,216 @@
+"""MLX's CUDA vector attention kernel, every row of a causal block in one launch.
+
+MLX sends a query of 1 to 3 rows to its vector kernel (`kernel_sdpav_1pass` in
+mlx/backend/cuda/scaled_dot_product_attention.cu, MLX 0.32) and a longer one to
+cuDNN or to unfused attention. A width-8 verify therefore ran as 3 vector calls a
+layer (drafter/attention.py: `chunked_attention`), each with its key slice, plus the
+transposes and the concatenation that join them: 13 graph nodes a layer where one
+kernel would do.
+
+The kernel below is MLX's one-pass vector kernel as written there, launched over
+all N rows: block (head, row, batch) computes one query row. Nothing in a row's
+arithmetic depends on how many rows share the launch: warp w reads keys w, w + 32,
+... up to the row's causal limit (key j is used when j <= kL - qL + row) and skips
+the rest, so a verify row's keys, their order and every rounding step are those of
+the one-row classic step over the same context. Both kernels are compiled without
+fast math (MLX's CMake sets none; NVRTC and nvcc contract a * b + c alike), so the
+rows come out bit for bit as the vector kernel's (scripts/h200/vector_rows.py checks
+it on the device: every row of random blocks, then greedy decoding).
+
+Only the one-pass variant is here: MLX takes a two-pass kernel past
+VECTOR_TWO_PASS_KEYS keys, so `fits` leaves longer contexts to chunked_attention.
+The query may be any strided view (the strides travel with the launch, as in MLX's
+own call); the output is written row-major, (B, N, H, D), which is the layout the
+vector kernel gives a step and the one mlx-lm's transpose and reshape read without
+a copy.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import mlx.core as mx
+
+from drafter.device import on_cuda
+
+VECTOR_ROWS = 3  # MLX's CUDA vector kernel serves 1 to 3 query rows (supports_sdpa_vector)
+VECTOR_TWO_PASS_KEYS = 1024  # past this many keys it takes its two-pass variant
+# (sdpa_vector_fallback in mlx/backend/cuda/scaled_dot_product_attention.cu, MLX 0.32)
+HEAD_DIMS = (64, 96, 128)  # the head sizes MLX's vector kernel is built for
+THREADS = 1024  # 32 warps a block: BN = 32 keys in flight, BD = 32 lanes
+
+# MLX's kernel_sdpav_1pass, its parameters read from the launch's shapes and strides
+# (Q: (B, H, qL, D), K and V: (B, H_kv, kL, D)); `SCALE` is a float literal.
+SOURCE = """
+  constexpr int BN = 32;
+  constexpr int BD = 32;
+  constexpr int v_per_thread = D / BD;
+  typedef float U;
+
+  const int qL = Q_shape[2];
+  const int kL = K_shape[2];
+  const int gqa_factor = Q_shape[1] / K_shape[1];
+  const int64_t inner_k_stride = BN * K_strides[2];
+  const int64_t inner_v_stride = BN * V_strides[2];
+
+  U q[v_per_thread];
+  U k[v_per_thread];
+  U o[v_per_thread];
+
+  __shared__ U outputs[BN][BD + 1];
+  __shared__ U max_scores[BN];
+  __shared__ U sum_exp_scores[BN];
+
+  // MLX: params.scale (a float) * M_LOG2E (a double), rounded to float
+  const U scale_log2 = static_cast<double>(SCALE) * 1.44269504088896340736;
+
+  auto block = cg::this_thread_block();
+  auto warp = cg::tiled_partition<32>(block);
+  const int lane_idx = warp.thread_rank();
+  const int warp_idx = warp.meta_group_rank();
+
+  const int batch_idx = blockIdx.z;
+  const int head_idx = blockIdx.x;
+  const int kv_head_idx = head_idx / gqa_factor;
+  const int q_seq_idx = blockIdx.y;
+  const int kv_seq_idx = warp_idx;
+
+  const T* Qp = Q + batch_idx * Q_strides[0] + head_idx * Q_strides[1] +
+      q_seq_idx * Q_strides[2];
+  const T* Kp = K + batch_idx * K_strides[0] + kv_head_idx * K_strides[1] +
+      kv_seq_idx * K_strides[2];
+  const T* Vp = V + batch_idx * V_strides[0] + kv_head_idx * V_strides[1] +
+      kv_seq_idx * V_strides[2];
+  // (B, qL, H, D), row-major
+  T* Op = O + (int64_t(batch_idx) * qL + q_seq_idx) * gridDim.x * D + head_idx * D;
+
+  #pragma unroll
+  for (int i = 0; i < v_per_thread; i++) {
+    q[i] = scale_log2 * static_cast<U>(Qp[(v_per_thread * lane_idx + i) * Q_strides[3]]);
+  }
+  #pragma unroll
+  for (int i = 0; i < v_per_thread; i++) {
+    o[i] = 0.f;
+  }
+
+  U max_score = Limits<U>::finite_min();
+  U sum_exp_score = 0.f;
+
+  for (int i = kv_seq_idx; i < kL; i += BN) {
+    bool use_key = i <= (kL - qL + q_seq_idx);
+    if (use_key) {
+      #pragma unroll
+      for (int j = 0; j < v_per_thread; j++) {
+        k[j] = Kp[(v_per_thread * lane_idx + j) * K_strides[3]];
+      }
+      U score = 0.f;
+      #pragma unroll
+      for (int j = 0; j < v_per_thread; j++) {
+        score += q[j] * k[j];
+      }
+      score = cg::reduce(warp, score, cg::plus<U>());
+
+      U new_max = max(max_score, score);
+      U factor = exp2f(max_score - new_max);
+      U exp_score = exp2f(score - new_max);
+      max_score = new_max;
+      sum_exp_score = sum_exp_score * factor + exp_score;
+
+      #pragma unroll
+      for (int j = 0; j < v_per_thread; j++) {
+        o[j] = o[j] * factor +
+            exp_score * static_cast<U>(Vp[(v_per_thread * lane_idx + j) * V_strides[3]]);
+      }
+    }
+    Kp += inner_k_stride;
+    Vp += inner_v_stride;
+  }
+
+  if (lane_idx == 0) {
+    max_scores[warp_idx] = max_score;
+    sum_exp_scores[warp_idx] = sum_exp_score;
+  }
+  block.sync();
+
+  max_score = max_scores[lane_idx];
+  U new_max = cg::reduce(warp, max_score, cg::greater<U>());
+  U factor = exp2f(max_score - new_max);
+  sum_exp_score = cg::reduce(warp, sum_exp_scores[lane_idx] * factor, cg::plus<U>());
+  sum_exp_score = sum_exp_score == 0 ? 0 : __frcp_rn(sum_exp_score);
+
+  #pragma unroll
+  for (int i = 0; i < v_per_thread; i++) {
+    outputs[lane_idx][warp_idx] = o[i];
+    block.sync();
+    U ot = outputs[warp_idx][lane_idx] * factor;
+    o[i] = cg::reduce(warp, ot, cg::plus<U>()) * sum_exp_score;
+    block.sync();
+  }
+
+  if (lane_idx == 0) {
+    #pragma unroll
+    for (int i = 0; i < v_per_thread; i++) {
+      Op[v_per_thread * warp_idx + i] = static_cast<T>(o[i]);
+    }
+  }
+"""
+
+HEADER = "#include <cooperative_groups/reduce.h>\n"
+
+
+@cache
+def available() -> bool:
+    """Whether this MLX can launch custom CUDA kernels on the default device (asked
+    once: each verify asks for every layer)."""
+    return on_cuda() and hasattr(mx.fast, "cuda_kernel")
+
+
+def scale_literal(scale: float) -> str:
+    """`scale` as MLX's kernel gets it (a float: rounded to float32), written as an
+    exact CUDA hexadecimal float literal."""
+    return float(mx.array(scale, mx.float32).item()).hex() + "f"
+
+
+@cache
+def kernel(scale: float) -> Any:
+    """The kernel for one attention scale, a literal in its source (custom kernels take
+    no float arguments; a scale is fixed per model anyway)."""
+    return mx.fast.cuda_kernel(
+        name="draftwise_sdpav_rows",
+        input_names=["Q", "K", "V"],
+        output_names=["O"],
+        source=SOURCE.replace("SCALE", scale_literal(scale)),
+        header=HEADER,
+        ensure_row_contiguous=False,
+    )
+
+
+def fits(queries: mx.array, keys: mx.array, values: mx.array) -> bool:
+    """Whether MLX's vector kernel would take every row of this causal block in its
+    one-pass variant (keys of exact length; head sizes it is built for)."""
+    D = queries.shape[3]
+    return (
+        keys.shape[2] <= VECTOR_TWO_PASS_KEYS
+        and D in HEAD_DIMS
+        and keys.shape[3] == D
+        and values.shape[3] == D
+        and queries.dtype == keys.dtype == values.dtype
+        and queries.dtype in (mx.float16, mx.bfloat16, mx.float32)
+    )
+
+
+def causal_rows(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
+    """Bottom-right causal attention of queries (B, H, N, D) over keys and values
+    (B, H_kv, kL, D), one launch; returns (B, H, N, D), a transposed view of a
+    row-major (B, N, H, D) result. Call only where `fits`."""
+    B, H, N, D = queries.shape
+    (out,) = kernel(scale)(
+        inputs=[queries, keys, values],
+        template=[("T", queries.dtype), ("D", D)],
+        grid=(H * THREADS, N, B),
+        threadgroup=(THREADS, 1, 1),
+        output_shapes=[(B, N, H, D)],
+        output_dtypes=[queries.dtype],
+    )
+    return out.transpose(0, 2, 1, 3)

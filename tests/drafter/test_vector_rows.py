@@ -1,0 +1,53 @@
+"""The one-launch verify attention (drafter/vector_rows.py): which blocks it takes,
+the scale it is compiled with, and the chunks that serve wherever it cannot run.
+Its rows' bit-equality with MLX's vector kernel needs a CUDA device: the startup
+probe proves it per process, scripts/h200/vector_rows.py per row
+(docs/benchmark_results/h100-vector-rows.md)."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from drafter import vector_rows
+from drafter.attention import causal_block, chunked_attention
+from drafter.vector_rows import VECTOR_TWO_PASS_KEYS, fits
+
+
+def block(rows: int, keys: int, D: int = 64, dtype: mx.Dtype = mx.bfloat16) -> list[mx.array]:
+    shapes = [(1, 9, rows, D), (1, 3, keys, D), (1, 3, keys, D)]
+    return [mx.random.normal(s, key=mx.random.key(i)).astype(dtype) for i, s in enumerate(shapes)]
+
+
+def test_a_verify_block_within_the_one_pass_keys_fits() -> None:
+    assert fits(*block(8, VECTOR_TWO_PASS_KEYS))
+    assert fits(*block(16, 40, D=128, dtype=mx.float16))
+
+
+def test_past_the_one_pass_keys_the_block_goes_to_the_chunks() -> None:
+    """MLX computes those rows with its two-pass kernel, whose sums fall differently."""
+    assert not fits(*block(8, VECTOR_TWO_PASS_KEYS + 1))
+
+
+@pytest.mark.parametrize("D", [32, 80, 256])
+def test_head_sizes_mlx_has_no_vector_kernel_for_do_not_fit(D: int) -> None:
+    assert not fits(*block(8, 100, D=D))
+
+
+def test_mixed_dtypes_do_not_fit() -> None:
+    q, k, v = block(8, 100)
+    assert not fits(q.astype(mx.float32), k, v)
+
+
+@pytest.mark.parametrize("scale", [64**-0.5, 96**-0.5, 0.1, 1.0])
+def test_the_scale_literal_is_the_float32_mlx_passes(scale: float) -> None:
+    literal = vector_rows.scale_literal(scale)
+    assert literal.endswith("f")
+    assert float.fromhex(literal[:-1]) == float(np.float32(scale))
+
+
+def test_without_a_cuda_device_a_causal_block_is_chunked() -> None:
+    assert not vector_rows.available()
+    q, k, v = block(8, 50, dtype=mx.float32)
+    assert mx.array_equal(causal_block(q, k, v, 0.125), chunked_attention(q, k, v, 0.125)).item()
