@@ -34,8 +34,10 @@ TABLE: tuple[TableEntry, ...] = (
         record="docs/benchmark_results/h200-seed1-drafter.md",
         mlx_version="0.32.4",
         remeasure_when=(
-            "MLX's CUDA vector attention kernel (sdpa_vector, which verify rows take here in "
-            "chunks of 3) or its one-row linear path changes, or the default drafter is "
+            "MLX's CUDA vector attention kernel (sdpa_vector, whose one-pass code verify "
+            "rows take here in one launch, drafter/vector_rows.py: 2.22x and 2.11x on an "
+            "H100, h100-vector-rows.md) or its one-row linear path changes, or the default "
+            "drafter is "
             "retrained (seed-1 drafter: 8 beat classic with disjoint ranges in 1 of 3 "
             "sweeps, 16 in 1 of 2, 8 with the better median in both that ran them side by "
             "side; the block-8 drafter, whose widest block is 8: 1.70x on 12 held-out "
