@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from drafter.attention import STEP
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
-from drafter.vector_rows import VECTOR_ROWS, VECTOR_TWO_PASS_KEYS
+from drafter.vector_rows import VECTOR_TWO_PASS_KEYS
 
 WARM_UP_BUDGET_S = 30.0
 WARM_KEYS = 2048  # buffer lengths 256, 512, ... up to here
@@ -88,15 +88,13 @@ def warm_prompts(base: list[int], width: int, limit: int) -> list[list[int]]:
 
 def crossing_rows(width: int) -> range:
     """Target cache lengths at a round's start at which the round straddles the
-    two-pass line. A round that starts with R cached rows verifies `width` rows,
-    which read R + 1 ... R + width keys: in one launch while R + width is within the
-    line, past it in chunks of VECTOR_ROWS, each chunk over the keys of its last row
-    (drafter/attention.py: causal_block, chunked_attention); the
-    drafter's block reads about R + width. From R = line - width + 1 to R = line -
-    VECTOR_ROWS some chunks are one-pass and some two-pass; one row more on either
-    side for the drafter's, which flips alone."""
+    two-pass line. A round that starts with R cached rows verifies `width` rows, row i
+    over R + 1 + i keys, each by the variant of MLX's vector kernel that its own key
+    count picks (drafter/vector_rows.py: causal_rows); from R = line - width + 1 to
+    R = line - 1 the block is one-pass rows and two-pass rows. One row more on either
+    side for the drafter's block, which reads about R + width keys and flips alone."""
     line = VECTOR_TWO_PASS_KEYS
-    return range(line - width, line - min(VECTOR_ROWS, width) + 2)
+    return range(line - width, line + 1)
 
 
 def warm_crossings(engine: Engine, base: list[int], width: int, deadline: float) -> set[int]:

@@ -78,12 +78,18 @@ def alternate(
             print(json.dumps(row), flush=True)
 
 
-def alternate_rounds(engine: Engine, arms: dict[str, Callable[[], None]], width: int) -> None:
+def alternate_rounds(
+    engine: Engine,
+    arms: dict[str, Callable[[], None]],
+    width: int,
+    prompt: list[int] | None = None,
+) -> None:
     """Round by round, where `alternate`'s pooled medians are too coarse for a change of
-    a few percent: 25-round requests (the profile's default prompt), the arms swapped in
-    AB/BA order per request for 7 pairs after one untimed pair, each request's first two
-    rounds left out. Prints each request's median round and each arm's median and mean."""
-    prompt = engine.tokenizer.encode(DEFAULT_PROMPT)
+    a few percent: 25-round requests (`prompt`, else the profile's default), the arms
+    swapped in AB/BA order per request for 7 pairs after one untimed pair, each
+    request's first two rounds left out. Prints each request's median round and each
+    arm's median and mean."""
+    prompt = prompt or engine.tokenizer.encode(DEFAULT_PROMPT)
     names = list(arms)
     rounds: dict[str, list[float]] = {name: [] for name in names}
     for pair in range(8):

@@ -1,5 +1,6 @@
 """The one-launch verify attention (drafter/vector_rows.py): which blocks it takes,
-the scale it is compiled with, and the chunks that serve wherever it cannot run.
+which rows take which of MLX's kernels, the scale it is compiled with, and the chunks
+that serve wherever it cannot run.
 Its rows' bit-equality with MLX's vector kernel needs a CUDA device: the startup
 probe proves it per process, scripts/h200/vector_rows.py per row
 (docs/benchmark_results/h100-vector-rows.md)."""
@@ -12,7 +13,7 @@ import pytest
 
 from drafter import vector_rows
 from drafter.attention import causal_block, chunked_attention
-from drafter.vector_rows import VECTOR_TWO_PASS_KEYS, fits
+from drafter.vector_rows import VECTOR_TWO_PASS_KEYS, fits, one_pass_rows
 
 
 def block(rows: int, keys: int, D: int = 64, dtype: mx.Dtype = mx.bfloat16) -> list[mx.array]:
@@ -20,14 +21,31 @@ def block(rows: int, keys: int, D: int = 64, dtype: mx.Dtype = mx.bfloat16) -> l
     return [mx.random.normal(s, key=mx.random.key(i)).astype(dtype) for i, s in enumerate(shapes)]
 
 
-def test_a_verify_block_within_the_one_pass_keys_fits() -> None:
-    assert fits(*block(8, VECTOR_TWO_PASS_KEYS))
+def test_verify_blocks_of_the_head_sizes_and_dtypes_mlx_builds_fit() -> None:
+    assert fits(*block(8, 100))
     assert fits(*block(16, 40, D=128, dtype=mx.float16))
+    assert fits(*block(8, 3000, D=96, dtype=mx.float32))
 
 
-def test_past_the_one_pass_keys_the_block_goes_to_the_chunks() -> None:
-    """MLX computes those rows with its two-pass kernel, whose sums fall differently."""
-    assert not fits(*block(8, VECTOR_TWO_PASS_KEYS + 1))
+@pytest.mark.parametrize(
+    ("rows", "keys", "below"),
+    [
+        (8, 100, 8),
+        (8, VECTOR_TWO_PASS_KEYS, 8),
+        (8, VECTOR_TWO_PASS_KEYS + 1, 7),
+        (8, VECTOR_TWO_PASS_KEYS + 4, 4),
+        (8, VECTOR_TWO_PASS_KEYS + 8, 0),
+        (3, 5000, 0),
+    ],
+)
+def test_rows_that_read_at_most_the_one_pass_keys_come_first(
+    rows: int, keys: int, below: int
+) -> None:
+    """Row i of a causal block reads keys - rows + i + 1 keys: the rows a one-row step
+    would compute with MLX's one-pass kernel are the block's first `below`."""
+    assert one_pass_rows(rows, keys) == below
+    counts = [keys - rows + i + 1 for i in range(rows)]
+    assert sum(c <= VECTOR_TWO_PASS_KEYS for c in counts) == below
 
 
 @pytest.mark.parametrize("D", [32, 80, 256])

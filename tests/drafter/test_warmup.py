@@ -13,7 +13,7 @@ from drafter.engine import Engine
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import SamplingParams
 from drafter.speculative import Session
-from drafter.vector_rows import VECTOR_ROWS, VECTOR_TWO_PASS_KEYS
+from drafter.vector_rows import VECTOR_TWO_PASS_KEYS
 from drafter.warmup import (
     TEXT,
     WARM_KEYS,
@@ -70,13 +70,12 @@ def test_warm_up_prompts_fill_each_whole_step_buffer_and_stay_inside_the_context
 
 
 @pytest.mark.parametrize("width", [2, 4, 8])
-def test_crossing_rows_hold_every_round_start_whose_verify_chunks_straddle_two_pass(
+def test_crossing_rows_hold_every_round_start_whose_verify_rows_straddle_two_pass(
     width: int,
 ) -> None:
-    # Chunks of a verify block starting at R rows read up to R + 3, R + 6, ..., R + width.
+    # A verify block starting at R rows: row i reads R + 1 + i keys.
     def mixed(start: int) -> bool:
-        ends = [start + min(b, width) for b in range(VECTOR_ROWS, width + VECTOR_ROWS, VECTOR_ROWS)]
-        return min(ends) <= VECTOR_TWO_PASS_KEYS < max(ends)
+        return start + 1 <= VECTOR_TWO_PASS_KEYS < start + width
 
     straddling = {
         r for r in range(VECTOR_TWO_PASS_KEYS - 64, VECTOR_TWO_PASS_KEYS + 64) if mixed(r)
