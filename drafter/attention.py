@@ -51,9 +51,10 @@ not, with no array mask, and builds nothing per shape. With
 query takes, the one-row classic step included, so:
 
 - the target's causal verify block runs in one launch of that kernel's code over
-  all its rows (drafter/vector_rows.py; 1.0 ms off a 6.5 ms width-8 round on an
-  H100, h100-vector-rows.md). Past the kernel's one-pass key count it is split
-  into chunks of at most 3 rows instead, each over its own exact-length keys
+  all its rows, each row by the variant (one-pass, two-pass) its own key count
+  picks (drafter/vector_rows.py; 1.0 ms off a 6.5 ms width-8 round on an H100,
+  h100-vector-rows.md). Where MLX cannot launch custom kernels it is split into
+  chunks of at most 3 rows, each over its own exact-length keys
   (`chunked_attention`). Either way row i sees exactly the keys it sees in one
   causal call and is computed as a one-row step computes it: a verify row's
   logits equal classic decode's bit for bit where the linear layers match too
@@ -215,9 +216,10 @@ def chunked_attention(
 
 
 def causal_block(queries: mx.array, keys: mx.array, values: mx.array, scale: float) -> mx.array:
-    """A causal verify block on MLX's vector kernel: all rows in one launch
-    (drafter/vector_rows.py) where its one-pass variant takes every row, else
-    `chunked_attention`. Either way each row is computed as a one-row step computes it."""
+    """A causal verify block on MLX's vector kernels: all rows in one launch
+    (drafter/vector_rows.py) where custom CUDA kernels run and the head size is one
+    MLX builds them for, else `chunked_attention`. Either way each row is computed as
+    a one-row step computes it."""
     if vector_rows.available() and vector_rows.fits(queries, keys, values):
         return vector_rows.causal_rows(queries, keys, values, scale)
     return chunked_attention(queries, keys, values, scale)
