@@ -2,7 +2,7 @@
 which rows take which of MLX's kernels, the scale it is compiled with, and the chunks
 that serve wherever it cannot run.
 Its rows' bit-equality with MLX's vector kernel needs a CUDA device: the startup
-probe proves it per process, scripts/h200/vector_rows.py per row
+probe checks it in each process, scripts/h200/vector_rows.py per row
 (docs/benchmark_results/h100-vector-rows.md)."""
 
 from __future__ import annotations
