@@ -46,51 +46,10 @@ HEAD_DIMS = (64, 96, 128)  # the head sizes MLX's vector kernel is built for
 THREADS = 1024  # 32 warps a block: BN = 32 keys in flight, BD = 32 lanes
 BLOCKS = 32  # the two-pass kernel's blocks a row (8 warps each)
 
-# MLX's kernel_sdpav_1pass, its parameters read from the launch's shapes and strides
-# (Q: (B, H, qL, D), K and V: (B, H_kv, kL, D)); `SCALE` is a float literal.
-ONE_PASS = """
-  constexpr int BN = 32;
-  constexpr int BD = 32;
-  constexpr int v_per_thread = D / BD;
-  typedef float U;
-
-  const int qL = Q_shape[2];
-  const int kL = K_shape[2];
-  const int gqa_factor = Q_shape[1] / K_shape[1];
-  const int64_t inner_k_stride = BN * K_strides[2];
-  const int64_t inner_v_stride = BN * V_strides[2];
-
-  U q[v_per_thread];
-  U k[v_per_thread];
-  U o[v_per_thread];
-
-  __shared__ U outputs[BN][BD + 1];
-  __shared__ U max_scores[BN];
-  __shared__ U sum_exp_scores[BN];
-
-  // MLX: params.scale (a float) * M_LOG2E (a double), rounded to float
-  const U scale_log2 = static_cast<double>(SCALE) * 1.44269504088896340736;
-
-  auto block = cg::this_thread_block();
-  auto warp = cg::tiled_partition<32>(block);
-  const int lane_idx = warp.thread_rank();
-  const int warp_idx = warp.meta_group_rank();
-
-  const int batch_idx = blockIdx.z;
-  const int head_idx = blockIdx.x;
-  const int kv_head_idx = head_idx / gqa_factor;
-  const int q_seq_idx = blockIdx.y;
-  const int kv_seq_idx = warp_idx;
-
-  const T* Qp = Q + batch_idx * Q_strides[0] + head_idx * Q_strides[1] +
-      q_seq_idx * Q_strides[2];
-  const T* Kp = K + batch_idx * K_strides[0] + kv_head_idx * K_strides[1] +
-      kv_seq_idx * K_strides[2];
-  const T* Vp = V + batch_idx * V_strides[0] + kv_head_idx * V_strides[1] +
-      kv_seq_idx * V_strides[2];
-  // (B, qL, H, D), row-major
-  T* Op = O + (int64_t(batch_idx) * qL + q_seq_idx) * gridDim.x * D + head_idx * D;
-
+# What both kernels' warps do for one row (MLX writes it out in each): read the query,
+# then every `key_step`-th key up to the row's causal limit, with an online softmax,
+# and leave each warp's max and sum in shared memory.
+SCAN = """
   #pragma unroll
   for (int i = 0; i < v_per_thread; i++) {
     q[i] = scale_log2 * static_cast<U>(Qp[(v_per_thread * lane_idx + i) * Q_strides[3]]);
@@ -103,7 +62,7 @@ ONE_PASS = """
   U max_score = Limits<U>::finite_min();
   U sum_exp_score = 0.f;
 
-  for (int i = kv_seq_idx; i < kL; i += BN) {
+  for (int i = kv_seq_idx; i < kL; i += key_step) {
     bool use_key = i <= (kL - qL + q_seq_idx);
     if (use_key) {
       #pragma unroll
@@ -138,13 +97,12 @@ ONE_PASS = """
     sum_exp_scores[warp_idx] = sum_exp_score;
   }
   block.sync();
+"""
 
-  max_score = max_scores[lane_idx];
-  U new_max = cg::reduce(warp, max_score, cg::greater<U>());
-  U factor = exp2f(max_score - new_max);
-  sum_exp_score = cg::reduce(warp, sum_exp_scores[lane_idx] * factor, cg::plus<U>());
-  sum_exp_score = sum_exp_score == 0 ? 0 : __frcp_rn(sum_exp_score);
-
+# The last step of the one-pass kernel and of the two-pass pair's second (MLX writes it
+# out in each): the 32 warps' outputs, rescaled by `factor`, summed across warps by
+# one warp reduction per element, divided by the row's sum, and written out.
+JOIN = """
   #pragma unroll
   for (int i = 0; i < v_per_thread; i++) {
     outputs[lane_idx][warp_idx] = o[i];
@@ -162,9 +120,70 @@ ONE_PASS = """
   }
 """
 
+# MLX's kernel_sdpav_1pass, its parameters read from the launch's shapes and strides
+# (Q: (B, H, qL, D), K and V: (B, H_kv, kL, D)); `SCALE` is a float literal.
+ONE_PASS = (
+    """
+  constexpr int BN = 32;
+  constexpr int BD = 32;
+  constexpr int v_per_thread = D / BD;
+  typedef float U;
+
+  const int qL = Q_shape[2];
+  const int kL = K_shape[2];
+  const int gqa_factor = Q_shape[1] / K_shape[1];
+  constexpr int key_step = BN;  // a warp's next key
+  const int64_t inner_k_stride = BN * K_strides[2];
+  const int64_t inner_v_stride = BN * V_strides[2];
+
+  U q[v_per_thread];
+  U k[v_per_thread];
+  U o[v_per_thread];
+
+  __shared__ U outputs[BN][BD + 1];
+  __shared__ U max_scores[BN];
+  __shared__ U sum_exp_scores[BN];
+
+  // MLX: params.scale (a float) * M_LOG2E (a double), rounded to float
+  const U scale_log2 = static_cast<double>(SCALE) * 1.44269504088896340736;
+
+  auto block = cg::this_thread_block();
+  auto warp = cg::tiled_partition<32>(block);
+  const int lane_idx = warp.thread_rank();
+  const int warp_idx = warp.meta_group_rank();
+
+  const int batch_idx = blockIdx.z;
+  const int head_idx = blockIdx.x;
+  const int kv_head_idx = head_idx / gqa_factor;
+  const int q_seq_idx = blockIdx.y;
+  const int kv_seq_idx = warp_idx;
+
+  const T* Qp = Q + batch_idx * Q_strides[0] + head_idx * Q_strides[1] +
+      q_seq_idx * Q_strides[2];
+  const T* Kp = K + batch_idx * K_strides[0] + kv_head_idx * K_strides[1] +
+      kv_seq_idx * K_strides[2];
+  const T* Vp = V + batch_idx * V_strides[0] + kv_head_idx * V_strides[1] +
+      kv_seq_idx * V_strides[2];
+  // (B, qL, H, D), row-major
+  T* Op = O + (int64_t(batch_idx) * qL + q_seq_idx) * gridDim.x * D + head_idx * D;
+
+"""
+    + SCAN
+    + """
+  max_score = max_scores[lane_idx];
+  U new_max = cg::reduce(warp, max_score, cg::greater<U>());
+  U factor = exp2f(max_score - new_max);
+  sum_exp_score = cg::reduce(warp, sum_exp_scores[lane_idx] * factor, cg::plus<U>());
+  sum_exp_score = sum_exp_score == 0 ? 0 : __frcp_rn(sum_exp_score);
+
+"""
+    + JOIN
+)
+
 # MLX's kernel_sdpav_2pass_1: block (head, row, batch * BLOCKS + b) reduces keys
 # 8b + w, 8b + w + 256, ... (warp w) into one partial output, its sum and its max.
-TWO_PASS_1 = """
+TWO_PASS_1 = (
+    """
   constexpr int BN = 8;
   constexpr int BD = 32;
   constexpr int blocks = 32;
@@ -175,6 +194,7 @@ TWO_PASS_1 = """
   const int kL = K_shape[2];
   const int H = Q_shape[1];
   const int gqa_factor = Q_shape[1] / K_shape[1];
+  constexpr int key_step = blocks * BN;  // a warp's next key
   const int64_t inner_k_stride = blocks * BN * K_strides[2];
   const int64_t inner_v_stride = blocks * BN * V_strides[2];
 
@@ -215,54 +235,9 @@ TWO_PASS_1 = """
   float* Sp = sums + p_offset;
   float* Mp = maxs + p_offset;
 
-  #pragma unroll
-  for (int i = 0; i < v_per_thread; i++) {
-    q[i] = scale_log2 * static_cast<U>(Qp[(v_per_thread * lane_idx + i) * Q_strides[3]]);
-  }
-  #pragma unroll
-  for (int i = 0; i < v_per_thread; i++) {
-    o[i] = 0.f;
-  }
-
-  U max_score = Limits<U>::finite_min();
-  U sum_exp_score = 0.f;
-
-  for (int i = kv_seq_idx; i < kL; i += blocks * BN) {
-    bool use_key = i <= (kL - qL + q_seq_idx);
-    if (use_key) {
-      #pragma unroll
-      for (int j = 0; j < v_per_thread; j++) {
-        k[j] = Kp[(v_per_thread * lane_idx + j) * K_strides[3]];
-      }
-      U score = 0.f;
-      #pragma unroll
-      for (int j = 0; j < v_per_thread; j++) {
-        score += q[j] * k[j];
-      }
-      score = cg::reduce(warp, score, cg::plus<U>());
-
-      U new_max = max(max_score, score);
-      U factor = exp2f(max_score - new_max);
-      U exp_score = exp2f(score - new_max);
-      max_score = new_max;
-      sum_exp_score = sum_exp_score * factor + exp_score;
-
-      #pragma unroll
-      for (int j = 0; j < v_per_thread; j++) {
-        o[j] = o[j] * factor +
-            exp_score * static_cast<U>(Vp[(v_per_thread * lane_idx + j) * V_strides[3]]);
-      }
-    }
-    Kp += inner_k_stride;
-    Vp += inner_v_stride;
-  }
-
-  if (lane_idx == 0) {
-    max_scores[warp_idx] = max_score;
-    sum_exp_scores[warp_idx] = sum_exp_score;
-  }
-  block.sync();
-
+"""
+    + SCAN
+    + """
   max_score = (lane_idx < BN) ? max_scores[lane_idx] : -1e9;
   U new_max = cg::reduce(warp, max_score, cg::greater<U>());
   U factor = exp2f(max_score - new_max);
@@ -298,9 +273,11 @@ TWO_PASS_1 = """
     }
   }
 """
+)
 
 # MLX's kernel_sdpav_2pass_2: block (head, row, batch) joins a row's 32 partials.
-TWO_PASS_2 = """
+TWO_PASS_2 = (
+    """
   constexpr int BN = 32;
   constexpr int BD = 32;
   constexpr int blocks = 32;
@@ -340,22 +317,9 @@ TWO_PASS_2 = """
     o[i] = Pp[v_per_thread * lane_idx + i];
   }
 
-  #pragma unroll
-  for (int i = 0; i < v_per_thread; i++) {
-    outputs[lane_idx][warp_idx] = o[i];
-    block.sync();
-    U ot = outputs[warp_idx][lane_idx] * factor;
-    o[i] = cg::reduce(warp, ot, cg::plus<U>()) * sum_exp_score;
-    block.sync();
-  }
-
-  if (lane_idx == 0) {
-    #pragma unroll
-    for (int i = 0; i < v_per_thread; i++) {
-      Op[v_per_thread * warp_idx + i] = static_cast<T>(o[i]);
-    }
-  }
 """
+    + JOIN
+)
 
 HEADER = "#include <cooperative_groups/reduce.h>\n"
 
