@@ -44,7 +44,8 @@ VECTOR_TWO_PASS_KEYS = 1024  # past this many keys it takes its two-pass variant
 # (sdpa_vector_fallback in mlx/backend/cuda/scaled_dot_product_attention.cu, MLX 0.32)
 HEAD_DIMS = (64, 96, 128)  # the head sizes MLX's vector kernel is built for
 THREADS = 1024  # 32 warps a block: BN = 32 keys in flight, BD = 32 lanes
-BLOCKS = 32  # the two-pass kernel's blocks a row (8 warps each)
+BLOCKS = 32  # the two-pass kernel's blocks a row
+TWO_PASS_THREADS = 8 * 32  # its first pass: 8 warps a block, BN = 8 keys in flight
 
 # What both kernels' warps do for one row (MLX writes it out in each): read the query,
 # then every `key_step`-th key up to the row's causal limit, with an online softmax,
@@ -392,7 +393,7 @@ def causal_rows(queries: mx.array, keys: mx.array, values: mx.array, scale: floa
     else:  # rows [0, split) over the keys of row split - 1, the rest over all
         end = kL - N + split
         below = one_pass(queries[:, :, :split], keys[..., :end, :], values[..., :end, :], scale)
-        out = mx.concatenate([below, two_pass(queries[:, :, split:], keys, values, scale)], 1)
+        out = mx.concatenate([below, two_pass(queries[:, :, split:], keys, values, scale)], axis=1)
     return out.transpose(0, 2, 1, 3)
 
 
@@ -417,8 +418,8 @@ def two_pass(queries: mx.array, keys: mx.array, values: mx.array, scale: float) 
     partials, sums, maxs = first(
         inputs=[queries, keys, values],
         template=[("T", queries.dtype), ("D", D)],
-        grid=(H * 8 * 32, N, B * BLOCKS),
-        threadgroup=(8 * 32, 1, 1),
+        grid=(H * TWO_PASS_THREADS, N, B * BLOCKS),
+        threadgroup=(TWO_PASS_THREADS, 1, 1),
         output_shapes=[(B, H, N, BLOCKS, D), (B, H, N, BLOCKS), (B, H, N, BLOCKS)],
         output_dtypes=[mx.float32] * 3,
     )
