@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # H200 call: the held-out sweep (12 prompts, width 8, n = 3) served with the verify's
-# attention in chunks (scripts/h200/chunks_site first on PYTHONPATH: the code before
-# drafter/vector_rows.py), then with the shipped one-launch attention, on one host.
+# attention in chunks (scripts/h200/chunks_site first on PYTHONPATH, whose
+# usercustomize.py turns drafter/vector_rows.py off: the code before it), then with the
+# shipped one-launch attention, on one host.
 . scripts/h200/setup.sh
 BF16=$(bf16_target)
 bench() {
