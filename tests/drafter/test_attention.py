@@ -116,12 +116,16 @@ def test_folded_attention_is_one_unmasked_call_under_grouped_queries(rows: int) 
 
 @pytest.fixture
 def unrouted() -> Iterator[None]:
-    """Undo route_attention's routing of mlx-lm's model modules after a test."""
+    """mlx-lm's model modules unrouted for a test (an engine an earlier test loaded routed
+    them: route_attention is process-wide), and as they were after it."""
     saved = {
         name: module.scaled_dot_product_attention
         for name, module in list(sys.modules.items())
         if name.startswith("mlx_lm.models.") and hasattr(module, "scaled_dot_product_attention")
     }
+    for name, function in saved.items():
+        original = getattr(function, "original", function)
+        sys.modules[name].scaled_dot_product_attention = original  # type: ignore[attr-defined]
     yield
     for name, function in saved.items():
         sys.modules[name].scaled_dot_product_attention = function  # type: ignore[attr-defined]
