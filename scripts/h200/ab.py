@@ -121,19 +121,23 @@ def decode(engine: Engine, prompt: list[int], width: int, tokens: int = 128) -> 
     return [t.id for out in session.generate(prompt, tokens) for t in out]
 
 
-def decodes_as_classic(engine: Engine, use: Callable[[str], None], arm: str) -> bool:
-    """Whether the 12 held-out prompts (the first 4 of each kind), decoded greedily for
-    128 tokens at width 8 with `arm` in use, equal classic decode with arm "before";
-    prints one JSON line a prompt, then {"exact": ...}."""
+def decodes_as_classic(
+    engine: Engine, use: Callable[[str], None], arm: str, prompts: list[list[int]] | None = None
+) -> bool:
+    """Whether `prompts` (default: the 12 held-out prompts, the first 4 of each kind),
+    decoded greedily for 128 tokens at width 8 with `arm` in use, equal classic decode
+    with arm "before"; prints one JSON line a prompt, then {"exact": ...}."""
+    if prompts is None:
+        texts = read_prompts_file(HELD_OUT).first_per_kind(4).prompts
+        prompts = [engine.tokenizer.encode(text) for text in texts]
     exact = True
-    for i, text in enumerate(read_prompts_file(HELD_OUT).first_per_kind(4).prompts):
-        prompt = engine.tokenizer.encode(text)
+    for i, prompt in enumerate(prompts):
         use("before")
         classic = decode(engine, prompt, 1)
         use(arm)
         equal = decode(engine, prompt, 8) == classic
         exact = exact and equal
-        print(json.dumps({"prompt": i, f"{arm}_equal": equal}), flush=True)
+        print(json.dumps({"prompt": i, "tokens": len(prompt), f"{arm}_equal": equal}), flush=True)
     print(json.dumps({"exact": exact}), flush=True)
     return exact
 
