@@ -184,19 +184,14 @@ def uses_polyexp(cache: Any) -> bool:
     return getattr(cache, "uses_polyexp", False)
 
 
-def chunked_attention(
+def vector_chunks(
     queries: mx.array, keys: mx.array, values: mx.array, scale: float
-) -> mx.array:
+) -> list[mx.array]:
     """Causal attention of N query rows, the last N of exact-length keys, in chunks
-    of at most VECTOR_ROWS rows. A chunk of rows [a, b) reads the keys up to the
+    of at most VECTOR_ROWS rows (each a call MLX's vector kernel takes); returns each
+    chunk's output, (B, H, rows, D). A chunk of rows [a, b) reads the keys up to the
     one of row b - 1, bottom-right causal: row a + j sees exactly what it sees in
-    one causal call over all N rows.
-
-    The chunks are joined row-major, (B, N, H, D), and handed back as a transposed
-    view: the vector kernel writes each chunk in that layout, and the caller's
-    `transpose(0, 2, 1, 3).reshape(B, N, -1)` (mlx-lm's attention) then reads it
-    without a copy, as it reads a one-row step's output. Joined along the head-major
-    axis instead, that reshape would copy every verify block once per layer."""
+    one causal call over all N rows."""
     rows, total = queries.shape[2], keys.shape[2]
     starts = list(range(0, rows, VECTOR_ROWS))
     # One split, not a slice per chunk (each slice is one more graph node).
@@ -207,11 +202,24 @@ def chunked_attention(
         end = total - rows + b
         # The last chunk reads every key: no slice.
         k, v = (keys, values) if end == total else (keys[..., :end, :], values[..., :end, :])
-        out = mx.fast.scaled_dot_product_attention(
-            chunk, k, v, scale=scale, mask="causal" if b - a > 1 else None
+        outs.append(
+            mx.fast.scaled_dot_product_attention(
+                chunk, k, v, scale=scale, mask="causal" if b - a > 1 else None
+            )
         )
-        outs.append(out.transpose(0, 2, 1, 3))  # (B, rows, H, D)
-    joined = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)
+    return outs
+
+
+def chunked_attention(
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float
+) -> mx.array:
+    """`vector_chunks`, joined row-major, (B, N, H, D), and handed back as a transposed
+    view: the vector kernel writes each chunk in that layout, and the caller's
+    `transpose(0, 2, 1, 3).reshape(B, N, -1)` (mlx-lm's attention) then reads it
+    without a copy, as it reads a one-row step's output. Joined along the head-major
+    axis instead, that reshape would copy every verify block once per layer."""
+    outs = [out.transpose(0, 2, 1, 3) for out in vector_chunks(queries, keys, values, scale)]
+    joined = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=1)  # (B, N, H, D)
     return joined.transpose(0, 2, 1, 3)
 
 

@@ -43,7 +43,8 @@ ARMS = {
 
 def use(arm: str) -> None:
     chunked, call, fetch = ARMS[arm]
-    attention.chunked_attention = chunked  # attention.dispatch looks it up per call
+    attention.causal_block = chunked  # dispatch looks it up per call (session 38 on: the
+    # one-launch path, which the chunk arms replace whole)
     dflash.Attention.__call__ = call  # type: ignore[method-assign]
     dflash.Attention.fetch = fetch  # type: ignore[method-assign]
 

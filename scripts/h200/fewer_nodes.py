@@ -37,12 +37,12 @@ def old_project(
 
 def before() -> None:
     rowwise.project = old_project
-    attention.chunked_attention = old_attention.chunked_attention
+    attention.causal_block = old_attention.chunked_attention  # dispatch's name for it
 
 
 def after() -> None:
     rowwise.project = new_project
-    attention.chunked_attention = new_chunked
+    attention.causal_block = new_chunked
 
 
 if __name__ == "__main__":
