@@ -8,13 +8,16 @@ docs/benchmark_results/cpu-polyexp-swiglu.md, SmolLM2-135M's 30 activations took
 `polyexp.swiglu` (the same function with drafter/polyexp.py's vectorised exp) took
 39 ms and 1.2 ms.
 
-Three modes (`ACTIVATION_MODES`): "mlx" leaves the layers as they are; "polyexp" gives
+Four modes (`ACTIVATION_MODES`): "mlx" leaves the layers as they are; "polyexp" gives
 every module whose class's `__call__` calls mlx-lm's `swiglu` a subclass whose
 `__call__` is the same code with that one name bound to `polyexp.swiglu`. mlx-lm's
 code runs as written, nothing process-wide changes, and swapping the class back
-restores it. "compiled" (for a GPU) gives them a subclass whose multi-row calls
-(a verify block) run mlx-lm's `__call__` through `mx.compile`, one compiled function
-per module: a GPU round is host work, each op of a forward costs its Python call,
+restores it. "prefill" does that for prefill chunks only (sequences longer than any
+verify block), where a prompt's hundreds of rows make the exps count, and leaves
+decode rows (classic steps and verify blocks) to mlx-lm's own SwiGLU, so both decode
+paths keep the bits they had. "compiled" (for a GPU) gives them a subclass whose
+multi-row calls (a verify block) run mlx-lm's `__call__` through `mx.compile`, one
+compiled function per module: a GPU round is host work, each op of a forward costs its Python call,
 and a compiled feed-forward block replays its traced graph from C++ instead (the
 same ops, so the same bits). One-row steps and prefill chunks run as written.
 `choose_activation` says which is the default where.
@@ -39,7 +42,11 @@ from drafter.capture import Call, hooked_class, original_class
 from drafter.diagnostics import ACTIVATION_MODES
 from drafter.rowwise import MAX_ROWS
 
-PREFIXES = {"polyexp": "Polyexp", "compiled": "Compiled"}  # the hooked classes' names
+PREFIXES = {
+    "polyexp": "Polyexp",
+    "prefill": "PrefillPolyexp",
+    "compiled": "Compiled",
+}  # the hooked classes' names
 FEWEST_COMPILED_ROWS = 2  # 1 would compile classic steps too (scripts/h200/compiled_ffn.py)
 
 
@@ -64,6 +71,22 @@ def with_polyexp_swiglu(original: Call) -> Call:
     )
 
 
+def with_polyexp_prefill(original: Call) -> Call:
+    """`original`, with polyexp's SwiGLU for sequences of more than MAX_ROWS rows.
+
+    Only a prefill chunk is that long (a verify block is at most MAX_ROWS rows), so
+    decode rows (classic steps, verify blocks, alone or batched) run mlx-lm's own
+    SwiGLU and keep their bits. The choice reads a sequence's length (x.shape[-2]), not
+    the batch's rows: a request's verify block takes the same one alone or batched."""
+    polyexp_call = with_polyexp_swiglu(original)
+
+    def __call__(self: nn.Module, x: mx.array) -> mx.array:
+        long_sequence = x.ndim > 1 and x.shape[-2] > MAX_ROWS
+        return (polyexp_call if long_sequence else original)(self, x)
+
+    return __call__
+
+
 def with_compiled_rows(original: Call) -> Call:
     """`original`, through a compiled copy of it for inputs of FEWEST_COMPILED_ROWS to
     MAX_ROWS rows.
@@ -83,7 +106,11 @@ def with_compiled_rows(original: Call) -> Call:
     return __call__
 
 
-HOOKS = {"polyexp": with_polyexp_swiglu, "compiled": with_compiled_rows}
+HOOKS = {
+    "polyexp": with_polyexp_swiglu,
+    "prefill": with_polyexp_prefill,
+    "compiled": with_compiled_rows,
+}
 
 
 def plain_class(cls: type) -> type:
@@ -115,9 +142,15 @@ def set_activation(model: nn.Module, mode: str) -> int:
 
 
 def choose_activation(speculative: bool) -> str:
-    """The activation where none is asked for: polyexp for a speculative engine on an
-    Intel CPU, compiled for one on CUDA, where each was measured; mlx elsewhere (classic
-    decode, Metal, and an AMD CPU, unmeasured).
+    """The activation where none is asked for: prefill on an AMD CPU under MKL (both
+    decode paths), polyexp for a speculative engine on an Intel CPU, compiled for one on
+    CUDA, where each was measured; mlx elsewhere (Intel's classic decode, Metal).
+
+    On the AMD VM (cpu-amd-prefill-polyexp.md), polyexp's SwiGLU in every forward cut
+    the 24 held-out prompts' prefills by 19% (median per prompt, 23 of 24 faster) but
+    left whole requests where they were (classic 0.98, width 4 1.00 of mlx's): its
+    decode rows gave back what the prefill gained. Prefill chunks alone keep the gain,
+    in classic decode too, and leave every decode row's bits as they were.
 
     Served on the Intel VM, every arm up at once and visited in turn (n = 3, 64 tokens;
     cpu-intel-heldout12-w4-activation-ab.md, cpu-intel-heldout24-w4-polyexp-default.md),
@@ -125,15 +158,20 @@ def choose_activation(speculative: bool) -> str:
     the first token by 13-15% in every arm. Width 4 requests then ran 2% and 11% faster
     (per prompt medians; faster in 20 of 24 and 12 of 12 prompts). Classic decode's
     one-row steps ran 2-6% slower, more than the prefill gave back over 64 tokens (whole
-    requests 0.96-0.99 of mlx's), which is what session 28 saw; so classic keeps mlx.
+    requests 0.96-0.99 of mlx's), which is what session 28 saw; so classic keeps mlx
+    (prefill, which would give it the faster prefill alone, is not measured there).
 
     On an H100 (h100-compiled-ffn.md) compiled verify blocks were bit-equal to mlx's and
     the width-8 round was cheaper in 8 of 9 round-by-round interleaved runs (median
     0.37 ms, about 3%, on a slow host); one-row steps compiled did not gain (2 of 4), so
     classic decode keeps mlx-lm's steps as they are."""
-    from drafter.cpu_blas import INTEL, cpu_vendor
+    from drafter.cpu_blas import INTEL, cpu_vendor, mkl_on_amd
     from drafter.device import on_cpu, on_cuda
 
     if speculative and on_cuda():
         return "compiled"
-    return "polyexp" if speculative and on_cpu() and cpu_vendor() == INTEL else "mlx"
+    if not on_cpu():
+        return "mlx"
+    if mkl_on_amd():
+        return "prefill"
+    return "polyexp" if speculative and cpu_vendor() == INTEL else "mlx"

@@ -11,7 +11,7 @@ from typing_extensions import TypedDict  # pydantic reads it (bench) on Python 3
 # SpeculativeConfig.attention (attention.py), .linear (linear.py), .activation (activation.py)
 ATTENTION_MODES = ("exact", "polyexp", "stable", "vector")
 LINEAR_MODES = ("rowwise", "padded", "columns", "matrix")
-ACTIVATION_MODES = ("mlx", "polyexp", "compiled")
+ACTIVATION_MODES = ("mlx", "polyexp", "prefill", "compiled")
 
 
 class ProbeFields(TypedDict):

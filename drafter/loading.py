@@ -135,7 +135,8 @@ def default_prompt_cache_bytes() -> int:
 def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
     """A load's last steps, after the probe and warm-up: the prompt cache goes on (so it
     starts empty) and, in a serving process, the loaded heap is frozen (freeze_heap) and,
-    on the CPU with polyexp's SwiGLU, freed memory is kept for reuse (keep_freed_memory)."""
+    on the CPU where polyexp's SwiGLU or attention serves, freed memory is kept for
+    reuse (keep_freed_memory)."""
     max_bytes = options.prompt_cache_bytes
     size = default_prompt_cache_bytes() if max_bytes is None else max_bytes
     engine.prompt_cache = None
@@ -146,8 +147,14 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
         engine.prompt_cache = PromptCache(size, 1 if exact else PREFILL_STEP)
     if options.freeze_heap:
         freeze_heap()
-        if on_cpu() and engine.activation == "polyexp":
+        if on_cpu() and polyexp_serves(engine):
             keep_freed_memory()
+
+
+def polyexp_serves(engine: Engine) -> bool:
+    """Whether polyexp (drafter/polyexp.py) computes any of the engine's forwards: its
+    temporaries are the large ones keep_freed_memory is for."""
+    return engine.activation in ("polyexp", "prefill") or engine.attention == "polyexp"
 
 
 def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> DefaultPair:

@@ -18,9 +18,16 @@ form, and 2^n written straight into a float's exponent bits. Its error against
 float64 is under 1e-7 relative over [-87, 0] (MLX's own CPU exp: 3.9e-6).
 
 `attention` is MLX's fallback with that softmax: the same matmuls and masks, so
-only the exponentials round differently. It serves multi-row queries of 8k to 512k
-scores (verify and drafter blocks past ~230 keys, prefills of ~30 to ~240 tokens); a
-one-row query, a classic decode step, keeps MLX's attention (see `attention`). So a verify row and
+only the exponentials round differently. It serves multi-row queries of 8k scores and
+more (verify and drafter blocks past ~230 keys, prefills past ~30 tokens); a one-row
+query, a classic decode step, keeps MLX's attention (see `attention`). Past ~1M
+scores its temporaries are megabytes, which glibc by default unmaps on free and faults
+in again at the next call: on the 2-core AMD host the loop then fell to 50-130 M
+elements/s and a 400-700-token prefill ran 10-30% slower than MLX's, so until session
+39 such queries went to MLX. With freed memory kept (drafter/loading.py:
+keep_freed_memory, which a serving process sets wherever polyexp serves) they run
+faster than MLX's: the 24 held-out prompts' prefills 12% less (sum of medians), a
+1,000-token one 23% (docs/benchmark_results/cpu-amd-prefill-polyexp.md). So a verify row and
 the classic step at its position may differ in the last bits of their exps, as
 they already may in their products (MKL on an AMD CPU); the startup exactness probe
 measures the difference and decides whether speculation serves (docs/exactness.md).
@@ -35,11 +42,6 @@ import mlx.core as mx
 LOG2E = 1.4426950408889634
 LN2_HI = 0.693359375  # 0x3f318000: nine significant bits, so n * LN2_HI is exact
 LN2_LO = -2.12194440e-4  # ln 2 - LN2_HI
-# Scores per request past which `attention` leaves the work to MLX: on the 2-core AMD
-# host the compiled loop ran 250-310 M elements/s on arrays up to about 900k elements
-# and fell to 50-130 M/s (below MLX's own exp) on some larger ones, and a prefill of
-# 400-700 tokens (9 heads x L x L scores a layer) ran 10-30% slower than MLX's.
-MAX_SCORES = 1 << 19
 # Scores per request below which MLX's attention stays: there the exps cost under 0.1 ms a
 # call (85 M/s), and in process on the 22 short prompts (contexts under ~200 keys) polyexp
 # gained nothing (width-4 requests 0.975 of exact's, faster in 9 of 22).
@@ -112,15 +114,14 @@ def attention(
     G = H / Hk query heads that share a key head are stacked as one (G * L)-row
     matmul, as MLX's fallback does.
 
-    A one-row query (a classic decode step), one of fewer than MIN_SCORES scores (a
-    short context) and one of more than MAX_SCORES (a long prefill) get MLX's attention
-    itself: a row has too few scores for the exp to matter (9 heads x 600 keys: 0.06
-    ms a layer by MLX's exp), and the softmax here is five operations where MLX's is
-    one; in process, a one-row step under polyexp made classic decode 5% slower (the
-    24 held-out prompts, n = 24 pairs)."""
+    A one-row query (a classic decode step) and one of fewer than MIN_SCORES scores (a
+    short context) get MLX's attention itself: a row has too few scores for the exp to
+    matter (9 heads x 600 keys: 0.06 ms a layer by MLX's exp), and the softmax here is
+    five operations where MLX's is one; in process, a one-row step under polyexp made
+    classic decode 5% slower (the 24 held-out prompts, n = 24 pairs)."""
     B, H, L, D = queries.shape
     kv_heads, S = keys.shape[1], keys.shape[2]
-    if L == 1 or not MIN_SCORES <= H * L * S <= MAX_SCORES:
+    if L == 1 or H * L * S < MIN_SCORES:
         return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
     group = H // kv_heads
     q = (queries * scale).reshape(B, kv_heads, group * L, D)

@@ -15,6 +15,7 @@ from drafter import cpu_blas, polyexp
 from drafter.activation import calls_mlx_swiglu, choose_activation, set_activation
 from drafter.cpu_blas import AMD, INTEL
 from drafter.decoding import prefill
+from drafter.rowwise import MAX_ROWS
 from tests.drafter.conftest import Pair, engine_on
 
 
@@ -94,16 +95,75 @@ def test_mlx_swiglu_is_what_the_polyexp_one_stands_for() -> None:
 
 
 @pytest.mark.parametrize(
-    ("vendor", "speculative", "expected"),
-    [(INTEL, True, "polyexp"), (INTEL, False, "mlx"), (AMD, True, "mlx"), (None, True, "mlx")],
+    ("vendor", "blas", "speculative", "expected"),
+    [
+        (AMD, "mkl", True, "prefill"),
+        (AMD, "mkl", False, "prefill"),
+        (AMD, "openblas", True, "mlx"),
+        (INTEL, "mkl", True, "polyexp"),
+        (INTEL, "mkl", False, "mlx"),
+        (None, "mkl", True, "mlx"),
+    ],
 )
-def test_the_cpu_default_activation_is_polyexp_only_for_speculation_on_intel(
-    monkeypatch: pytest.MonkeyPatch, vendor: str | None, speculative: bool, expected: str
+def test_the_cpu_default_activation_follows_the_vendor_the_blas_and_speculation(
+    monkeypatch: pytest.MonkeyPatch, vendor: str | None, blas: str, speculative: bool, expected: str
 ) -> None:
-    """Measured served on an Intel CPU only, where classic decode ran slower with it; an
-    AMD CPU or an unreadable vendor keeps mlx."""
+    """Each where it was measured: prefill chunks with polyexp on an AMD CPU under MKL,
+    in both decode paths; every forward with polyexp for speculation on an Intel CPU,
+    where classic decode ran slower with it; mlx where unmeasured or unreadable."""
     monkeypatch.setattr(cpu_blas, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(cpu_blas, "bound_blas", lambda: blas)
     assert choose_activation(speculative) == expected
+
+
+def test_prefill_activation_takes_polyexp_for_prefill_chunks_and_mlx_for_decode_rows(
+    pair: Pair,
+) -> None:
+    """A sequence longer than MAX_ROWS (a prefill chunk) gets polyexp's SwiGLU bits; a
+    one-row step, a verify block and a batch of verify blocks (more rows in all than
+    MAX_ROWS, each no longer than it) keep mlx-lm's bits."""
+    mlp = next(m for m in pair.model.modules() if calls_mlx_swiglu(type(m)))
+    hidden = mlp.gate_proj.weight.shape[1]
+    key = mx.random.key(5)
+    long = 4 * mx.random.normal((1, MAX_ROWS + 1, hidden), key=key)
+    short = [
+        4 * mx.random.normal(s, key=key) for s in [(1, 1, hidden), (1, 8, hidden), (4, 8, hidden)]
+    ]
+    plain_long, plain_short = mlp(long), [mlp(x) for x in short]
+    try:
+        set_activation(pair.model, "polyexp")
+        polyexp_long = mlp(long)
+        assert set_activation(pair.model, "prefill") > 0
+        assert type(mlp).__name__.startswith("PrefillPolyexp")
+        assert np.array_equal(np.array(mlp(long)), np.array(polyexp_long))
+        assert not np.array_equal(np.array(polyexp_long), np.array(plain_long))
+        for x, want in zip(short, plain_short, strict=True):
+            assert np.array_equal(np.array(mlp(x)), np.array(want))
+    finally:
+        set_activation(pair.model, "mlx")
+    assert not any(type(m).__name__.startswith("Prefill") for m in pair.model.modules())
+
+
+def test_a_prefill_activation_speculative_engine_decodes_as_its_classic_engine(
+    pair: Pair,
+) -> None:
+    """With a prompt long enough for a polyexp prefill, greedy speculative output equals
+    classic decode under the same activation: both prefill alike and decode with
+    mlx-lm's SwiGLU."""
+    from drafter.sampling import SamplingParams
+
+    prompt = list(b"The quick brown fox jumps over the lazy dog, twice over.")
+    assert len(prompt) > MAX_ROWS
+    engine = engine_on(pair, pair.drafter, 4, activation="prefill")
+
+    def decode(width: int | None) -> list[int]:
+        steps = engine.generate(prompt, 24, SamplingParams(), ignore_eos=True, width=width)
+        return [t.id for step in steps for t in step]
+
+    try:
+        assert decode(4) == decode(None)
+    finally:
+        engine.activation = "mlx"
 
 
 @pytest.mark.parametrize(("speculative", "expected"), [(True, "compiled"), (False, "mlx")])
