@@ -15,9 +15,12 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from drafter.capture import Call, hooked_class
+from drafter.device import on_cpu
 from drafter.sampling import SamplingParams, top_alternatives
 
+# Rows a prefill chunk: see prefill_step.
 PREFILL_STEP = 2048
+CPU_PREFILL_STEP = 256
 Result = TypeVar("Result")
 
 
@@ -72,20 +75,35 @@ def drain(steps: Generator[None, None, Result]) -> Result:
             return done.value
 
 
+def prefill_step() -> int:
+    """Rows a prefill chunk: CPU_PREFILL_STEP on the CPU, PREFILL_STEP elsewhere.
+
+    MLX's CPU attention computes each query's scores over every key of its forward (an
+    L x S square for a chunk of L rows after S - L cached ones) and an exp per score,
+    so shorter chunks make a long prefill cheaper: on the AMD VM a 1,000-token prefill
+    took 19% less at 256 rows than at 2,048 and a 700-token one 23% less, with no
+    change under ~300 tokens (docs/benchmark_results/cpu-amd-prefill-polyexp.md); 256
+    rows still keep MKL's products at full rate. Where prompt-cache hits restore whole
+    chunks (drafter/prompt_cache.py) it is also their grain. A GPU's fused attention
+    computes no more than the causal half either way and runs bigger chunks better."""
+    return CPU_PREFILL_STEP if on_cpu() else PREFILL_STEP
+
+
 def prefill_steps(
     model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
 ) -> Generator[None, None, tuple[mx.array, list[mx.array]]]:
-    """Run the prompt through the target in PREFILL_STEP chunks, each evaluated (so
+    """Run the prompt through the target in prefill_step() chunks, each evaluated (so
     memory stays bounded) and followed by a yield (so a batch decodes between them);
     return the last row's logits (V,) and, with a `capture` (drafter/capture.py), each
     chunk's tapped features."""
     tokens = mx.array(prompt)
     features: list[mx.array] = []
-    while tokens.size > PREFILL_STEP:
-        model(tokens[:PREFILL_STEP][None], cache=cache)
+    step = prefill_step()
+    while tokens.size > step:
+        model(tokens[:step][None], cache=cache)
         features += [capture.features()] if capture is not None else []
         mx.eval([c.state for c in cache], features[-1:])
-        tokens = tokens[PREFILL_STEP:]
+        tokens = tokens[step:]
         yield
     with last_row_head(model):
         logits = model(tokens[None], cache=cache)[0, -1]

@@ -17,7 +17,6 @@ import mlx.nn as nn
 from drafter.activation import choose_activation, set_activation
 from drafter.attention import choose_attention, make_cache, reserve, route_attention
 from drafter.decoding import (
-    PREFILL_STEP,
     Drafter,
     GenerationStats,
     Token,
@@ -25,6 +24,7 @@ from drafter.decoding import (
     make_tokens,
     one_hot,
     prefill,
+    prefill_step,
 )
 from drafter.diagnostics import ATTENTION_MODES
 from drafter.linear import choose_linear, set_linear
@@ -213,8 +213,9 @@ class Engine:
         cache = make_cache(self.model, "exact")
         rows = []
         tokens = mx.array(prompt)
-        for start in range(0, len(prompt), PREFILL_STEP):
-            logits = self.model(tokens[start : start + PREFILL_STEP][None], cache=cache)[0]
+        step = prefill_step()
+        for start in range(0, len(prompt), step):
+            logits = self.model(tokens[start : start + step][None], cache=cache)[0]
             rows.append(log_softmax(logits.astype(mx.float32)))
         logprobs = mx.concatenate(rows, axis=0)
         scored: list[Token | None] = [None]

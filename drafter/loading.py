@@ -19,7 +19,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm import load as mlx_lm_load
 
-from drafter.decoding import PREFILL_STEP
+from drafter.decoding import prefill_step
 from drafter.device import on_cpu, probe_device, quantization_of
 from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
@@ -64,7 +64,7 @@ class LoadOptions:
     warm_up: bool = True
     prompt_cache_bytes: int | None = None  # None: a share of the machine's memory; 0: off
     prompt_cache_hits: str = "exact"  # exact | any (drafter/prompt_cache.py)
-    activation: str | None = None  # mlx | polyexp (drafter/activation.py); None: its choice
+    activation: str | None = None  # ACTIVATION_MODES (drafter/activation.py); None: its choice
     freeze_heap: bool = False  # a serving process: see freeze_heap()
 
 
@@ -144,7 +144,7 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
         anything = options.prompt_cache_hits == "any"
         text = engine.tokenizer.encode(PROBE_TEXT)
         exact = anything or hits_are_exact(engine.model, engine.make_cache, text)
-        engine.prompt_cache = PromptCache(size, 1 if exact else PREFILL_STEP)
+        engine.prompt_cache = PromptCache(size, 1 if exact else prefill_step())
     if options.freeze_heap:
         freeze_heap()
         if on_cpu() and polyexp_serves(engine):
@@ -172,9 +172,10 @@ def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> Default
 
 
 def gpu_ignores_polyexp(activation: str | None, backend: str) -> str | None:
-    """The activation asked for, but None (the engine's own choice) for polyexp off the
-    CPU: polyexp is a CPU mode (drafter/activation.py)."""
-    return None if backend != "cpu" and activation == "polyexp" else activation
+    """The activation asked for, but None (the engine's own choice) for polyexp or
+    prefill off the CPU: both are CPU modes (drafter/activation.py)."""
+    cpu_only = activation in ("polyexp", "prefill")
+    return None if backend != "cpu" and cpu_only else activation
 
 
 def load_engine(options: LoadOptions) -> Loaded:

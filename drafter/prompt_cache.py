@@ -21,9 +21,10 @@ differently from its cold run (6 of 12 held-out prompts,
 docs/benchmark_results/h200-served-split.md); nor in float32 with MKL or OpenBLAS on an
 AMD EPYC.
 So the loader checks at startup (`hits_are_exact`); where hits are not exact, a hit
-restores only whole PREFILL_STEP chunks. Every prefill starts at 0 or at a restored
-multiple of the step and runs whole steps, so those rows come out of the very
-forwards a cold prefill runs, and the rest is recomputed as the cold prefill does.
+restores only whole prefill chunks (decoding.prefill_step). Every prefill starts at 0
+or at a restored multiple of the step and runs whole steps, so those rows come out of
+the very forwards a cold prefill runs, and the rest is recomputed as the cold prefill
+does.
 """
 
 from __future__ import annotations

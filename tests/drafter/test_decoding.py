@@ -1,14 +1,19 @@
 """The prefill computes its LM head for the last row only, and what that leaves unchanged;
-a drafter's scores give the same greedy drafts read narrow or widened to the vocabulary."""
+it runs in the device's chunks; a drafter's scores give the same greedy drafts read
+narrow or widened to the vocabulary."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
+from drafter import decoding
 from drafter.decoding import DraftScores, last_row_head, prefill
 from tests.drafter.conftest import Pair
 
@@ -88,3 +93,29 @@ def test_greedy_drafts_from_draft_vocabulary_scores_equal_the_full_rows_argmax()
     whole = DraftScores(logits)  # a full-vocabulary head: the scores are the logits
     assert whole.logits() is logits
     assert mx.array_equal(whole.tokens(), drafted.tokens()).item()
+
+
+class Rows(nn.Module):
+    """Records how many rows each forward takes; logits of zeros."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[int] = []
+
+    def __call__(self, tokens: mx.array, cache: list[Any]) -> mx.array:
+        self.calls.append(tokens.shape[1])
+        return mx.zeros((*tokens.shape, 3))
+
+
+@pytest.mark.parametrize(("cpu", "chunks"), [(True, [4, 4, 2]), (False, [8, 2])])
+def test_a_prefill_runs_in_chunks_of_the_devices_prefill_step(
+    monkeypatch: pytest.MonkeyPatch, cpu: bool, chunks: list[int]
+) -> None:
+    """The CPU's chunk is shorter (its attention computes every chunk's whole square of
+    scores); elsewhere the GPU's."""
+    monkeypatch.setattr(decoding, "CPU_PREFILL_STEP", 4)
+    monkeypatch.setattr(decoding, "PREFILL_STEP", 8)
+    monkeypatch.setattr(decoding, "on_cpu", lambda: cpu)
+    model = Rows()
+    prefill(model, list(range(10)), [])
+    assert model.calls == chunks

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from drafter.activation import calls_mlx_swiglu, choose_activation
-from drafter.capture import original_class
+from drafter.activation import calls_mlx_swiglu, choose_activation, plain_class
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
 from drafter.loading import LoadOptions, load_engine
@@ -69,7 +68,7 @@ def test_a_load_checks_its_prompt_cache_hits_and_reports_their_step(tmp_path: Pa
     assert off.speculative_config()["prompt_cache_step"] is None
 
 
-@pytest.mark.parametrize("asked", [None, "mlx", "polyexp"])
+@pytest.mark.parametrize("asked", [None, "mlx", "polyexp", "prefill"])
 def test_a_load_puts_the_target_in_the_activation_asked_for(
     tmp_path: Path, asked: str | None
 ) -> None:
@@ -81,11 +80,11 @@ def test_a_load_puts_the_target_in_the_activation_asked_for(
     expected = choose_activation(False) if asked is None else asked
     assert engine.activation == expected
     modules = engine.model.modules()
-    plain = {id(m): original_class(type(m), "Polyexp") for m in modules}
+    plain = {id(m): plain_class(type(m)) for m in modules}
     feed_forward = [m for m in modules if calls_mlx_swiglu(plain[id(m)])]
     assert feed_forward
     hooked = [type(m) is not plain[id(m)] for m in feed_forward]
-    assert all(hooked) if expected == "polyexp" else not any(hooked)
+    assert all(hooked) if expected in ("polyexp", "prefill") else not any(hooked)
 
 
 FAULTS_PER_CALL = """

@@ -148,6 +148,7 @@ def test_a_prefill_interrupted_between_chunks_stores_nothing(
     import drafter.decoding
 
     monkeypatch.setattr(drafter.decoding, "PREFILL_STEP", 16)
+    monkeypatch.setattr(drafter.decoding, "CPU_PREFILL_STEP", 16)
     cached = engine(target, speculative, 1 << 30)
     calls = {"n": 0}
     real_call = type(target.model).__call__
@@ -198,6 +199,7 @@ def test_a_cache_of_whole_chunks_restores_whole_chunks_and_changes_no_output(
     import drafter.decoding
 
     monkeypatch.setattr(drafter.decoding, "PREFILL_STEP", 16)
+    monkeypatch.setattr(drafter.decoding, "CPU_PREFILL_STEP", 16)
     cached = engine(target, False, 1 << 30, step=16)
     run(cached, TURN_1)
     stats = GenerationStats()

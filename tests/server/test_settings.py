@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from drafter.diagnostics import ACTIVATION_MODES
 from policy import OVERRIDE_ENV_VARS, TableEntry
 from server.cli import (
     SERVE_FLAGS,
@@ -83,12 +84,15 @@ def test_a_bad_flag_is_named_as_the_flag() -> None:
     assert "--max-queue-depth='0'" in line
 
 
-def test_the_activation_is_auto_mlx_or_polyexp_and_a_bad_one_is_named(
+def test_the_activation_is_auto_or_any_engine_mode_and_a_bad_one_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert ServeSettings().activation == "auto"
     monkeypatch.setenv("DRAFTWISE_ACTIVATION", "PolyExp")
     assert ServeSettings().activation == "polyexp"
+    for mode in ACTIVATION_MODES:
+        monkeypatch.setenv("DRAFTWISE_ACTIVATION", mode)
+        assert ServeSettings().activation == mode
     monkeypatch.setenv("DRAFTWISE_ACTIVATION", "gelu")
     with pytest.raises(ValidationError) as raised:
         ServeSettings()
