@@ -9,7 +9,8 @@ engine's activation (drafter/activation.py), attention (drafter/attention.py) or
 prefill chunk on the CPU (`step=`, drafter/decoding.py: CPU_PREFILL_STEP), e.g.
 
     LD_PRELOAD=.venv/lib/libmkl_rt.so.3 MKL_CBWR=AUTO,STRICT .venv/bin/python \\
-      scripts/prefill_modes.py --prompts-file P --arms activation=mlx,activation=prefill
+      scripts/prefill_modes.py --prompts-file P --per-kind 8 \
+      --arms activation=mlx,activation=prefill
 
 Freed memory is kept, as a serving process keeps it wherever polyexp serves
 (drafter/loading.py: keep_freed_memory). It prints each prompt's length and each arm's
@@ -22,7 +23,6 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import mlx.core as mx
 
@@ -30,6 +30,7 @@ import drafter.decoding as decoding
 from drafter.engine import Engine
 from drafter.loading import LoadOptions, keep_freed_memory, load_engine
 from server.settings import ServeSettings
+from server.tooling.bench import read_prompts_file
 
 SETTINGS = ("activation", "attention", "step")
 STEP = decoding.CPU_PREFILL_STEP  # an arm without step= runs the shipped chunk
@@ -57,7 +58,8 @@ def prefill_ms(engine: Engine, tokens: list[int]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts-file", type=Path, required=True)
+    parser.add_argument("--prompts-file", type=read_prompts_file, required=True)
+    parser.add_argument("--per-kind", type=int, help="the first N prompts of each kind")
     parser.add_argument("--arms", default="activation=mlx,activation=prefill")
     parser.add_argument("--long", default="700,1000", help="cuts of the prompts, in tokens")
     parser.add_argument("--repeats", type=int, default=3)
@@ -67,8 +69,9 @@ def main() -> None:
         cache_dir=ServeSettings().cache_dir, exactness="off", warm_up=False, freeze_heap=True
     )
     engine = load_engine(options).engine
-    texts = json.loads(args.prompts_file.read_text())["prompts"]
-    prompts = [engine.tokenizer.encode(text) for text in texts]
+    chosen = args.prompts_file
+    chosen = chosen if args.per_kind is None else chosen.first_per_kind(args.per_kind)
+    prompts = [engine.tokenizer.encode(text) for text in chosen.prompts]
     stream = [token for prompt in prompts for token in prompt]
     longs = [stream[:n] for n in map(int, args.long.split(","))] if args.long else []
     arms = args.arms.split(",")
