@@ -81,8 +81,9 @@ def prefill_step() -> int:
     MLX's CPU attention computes each query's scores over every key of its forward (an
     L x S square for a chunk of L rows after S - L cached ones) and an exp per score,
     so shorter chunks make a long prefill cheaper: on the AMD VM a 1,000-token prefill
-    took 19% less at 256 rows than at 2,048 and a 700-token one 23% less, with no
-    change under ~300 tokens (docs/benchmark_results/cpu-amd-prefill-polyexp.md); 256
+    took 19% and 24% less at 256 rows than at 2,048 (two runs) and a 700-token one 23%
+    and 8% less, with no change under ~300 tokens
+    (docs/benchmark_results/cpu-amd-prefill-polyexp.md); 256
     rows still keep MKL's products at full rate. Where prompt-cache hits restore whole
     chunks (drafter/prompt_cache.py) it is also their grain. A GPU's fused attention
     computes no more than the causal half either way and runs bigger chunks better."""

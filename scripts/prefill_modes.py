@@ -9,7 +9,7 @@ engine's activation (drafter/activation.py), attention (drafter/attention.py) or
 prefill chunk on the CPU (`step=`, drafter/decoding.py: CPU_PREFILL_STEP), e.g.
 
     LD_PRELOAD=.venv/lib/libmkl_rt.so.3 MKL_CBWR=AUTO,STRICT .venv/bin/python \\
-      scripts/prefill_modes.py --prompts-file P --per-kind 8 \
+      scripts/prefill_modes.py --prompts-file P --per-kind 8 \\
       --arms activation=mlx,activation=prefill
 
 Freed memory is kept, as a serving process keeps it wherever polyexp serves
