@@ -47,6 +47,7 @@ PREFIXES = {
     "prefill": "PrefillPolyexp",
     "compiled": "Compiled",
 }  # the hooked classes' names
+POLYEXP_MODES = ("polyexp", "prefill")  # the modes built on polyexp's exp: CPU only
 FEWEST_COMPILED_ROWS = 2  # 1 would compile classic steps too (scripts/h200/compiled_ffn.py)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm import load as mlx_lm_load
 
+from drafter.activation import POLYEXP_MODES
 from drafter.decoding import prefill_step
 from drafter.device import on_cpu, probe_device, quantization_of
 from drafter.dflash import load_drafter
@@ -154,7 +155,7 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
 def polyexp_serves(engine: Engine) -> bool:
     """Whether polyexp (drafter/polyexp.py) computes any of the engine's forwards: its
     temporaries are the large ones keep_freed_memory is for."""
-    return engine.activation in ("polyexp", "prefill") or engine.attention == "polyexp"
+    return engine.activation in POLYEXP_MODES or engine.attention == "polyexp"
 
 
 def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> DefaultPair:
@@ -174,8 +175,7 @@ def resolve_default_pair(cache_dir: Path, dtype: str, device: Device) -> Default
 def gpu_ignores_polyexp(activation: str | None, backend: str) -> str | None:
     """The activation asked for, but None (the engine's own choice) for polyexp or
     prefill off the CPU: both are CPU modes (drafter/activation.py)."""
-    cpu_only = activation in ("polyexp", "prefill")
-    return None if backend != "cpu" and cpu_only else activation
+    return None if backend != "cpu" and activation in POLYEXP_MODES else activation
 
 
 def load_engine(options: LoadOptions) -> Loaded:
