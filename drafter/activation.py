@@ -38,8 +38,8 @@ import mlx.nn as nn
 from mlx_lm.models.activations import swiglu as mlx_swiglu
 
 from drafter import polyexp
-from drafter.capture import Call, hooked_class, original_class
 from drafter.diagnostics import ACTIVATION_MODES
+from drafter.hooks import Call, hooked_class, original_class
 from drafter.rowwise import MAX_ROWS
 
 PREFIXES = {
@@ -121,25 +121,18 @@ def plain_class(cls: type) -> type:
     return cls
 
 
-def set_activation(model: nn.Module, mode: str) -> int:
-    """Put `model`'s feed-forward layers in the `mode` activation, from whichever they
-    were in; returns how many modules changed class."""
+def activation_changes(model: nn.Module, mode: str) -> list[tuple[nn.Module, type]]:
+    """Each feed-forward module of `model` and the class the `mode` activation gives
+    it, from whichever it is in; drafter/forward.py applies them."""
     if mode not in ACTIVATION_MODES:
         raise ValueError(f"activation {mode!r} is none of {ACTIVATION_MODES}")
-    changed = 0
+    changes = []
     for module in model.modules():
-        cls = type(module)
-        plain = plain_class(cls)
-        if not calls_mlx_swiglu(plain):
-            continue
-        module.__dict__.pop("_compiled", None)
-        target = plain
-        if mode in HOOKS:
-            target = hooked_class(plain, PREFIXES[mode], HOOKS[mode])
-        if target is not cls:
-            module.__class__ = target
-            changed += 1
-    return changed
+        plain = plain_class(type(module))
+        if calls_mlx_swiglu(plain):
+            hooked = hooked_class(plain, PREFIXES[mode], HOOKS[mode]) if mode in HOOKS else plain
+            changes.append((module, hooked))
+    return changes
 
 
 def choose_activation(speculative: bool) -> str:

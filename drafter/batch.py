@@ -26,9 +26,9 @@ own caches and a new state is built from them; a batch of one is the solo round.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
@@ -42,9 +42,11 @@ from drafter.attention import (
     whole_steps,
 )
 from drafter.decoding import DraftScores, GenerationStats, Token, make_tokens
-from drafter.engine import Engine
 from drafter.sampling import SamplingParams
-from drafter.speculative import Round, Session
+from drafter.speculative import Round, RoundTimer, Session
+
+if TYPE_CHECKING:
+    from drafter.engine import Engine
 
 
 class SharedKV:
@@ -157,7 +159,7 @@ def pipelinable(session: Session) -> bool:
 def queue_classic(session: Session, token: mx.array) -> Queued:
     """Feed `token` (lazy) to the target and queue the choice of the one after it."""
     ckpt, key = rollback.checkpoint(session.cache), session.chooser.key
-    logits = session.model(token.reshape(1, 1), cache=session.cache)[0]
+    logits = session.forward(token.reshape(1, 1), session.cache)[0][0]
     current = Round(0, 1, mx.array([], dtype=mx.int32), None, ckpt)
     session.judge(current, logits, None)
     assert current.rows is not None and current.choices is not None
@@ -256,10 +258,13 @@ class BatchDecoder:
     """Starts sequences, advances their prefills a chunk at a time, and runs the
     batched rounds. The scheduler (server/scheduler.py) decides who is in a step."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, width: int | None = None) -> None:
+        """width: the widest step its sequences take (1: classic decode, no drafter);
+        default: the engine's resolved width, or 1 without a drafter."""
         self.engine = engine
         block = engine.block_size
-        self.width = block if engine.speculative and block is not None else 1  # the ceiling
+        loaded = block if engine.speculative and block is not None else 1
+        self.width = loaded if width is None else width  # the ceiling
         self.state: BatchState | None = None  # the shared caches of the last batch
 
     def start(
@@ -269,8 +274,9 @@ class BatchDecoder:
         params: SamplingParams,
         stats: GenerationStats,
         ignore_eos: bool = False,
+        timer: RoundTimer | None = None,
     ) -> Sequence:
-        session = Session(self.engine, params, stats, ignore_eos, width=self.width)
+        session = Session(self.engine, params, stats, ignore_eos, width=self.width, timer=timer)
         sequence = Sequence(session, max_tokens)
         sequence.prefill = session.prefill_chunks(prompt, max_tokens)
         return sequence
@@ -323,9 +329,8 @@ class BatchDecoder:
             for session, anchor, own in zip(sessions, anchors, drafted, strict=True)
         ]
         state.arm()
-        logits = self.engine.model(mx.stack([r.tokens for r in rounds]), cache=state.layers)
-        capture = sessions[0].capture
-        features = None if capture is None else capture.features()
+        tokens = mx.stack([r.tokens for r in rounds])
+        logits, features = self.engine.forward(tokens, state.layers, taps=sessions[0].taps)
         for b, (session, current) in enumerate(zip(sessions, rounds, strict=True)):
             session.judge(current, logits[b], None if features is None else features[b : b + 1])
         mx.eval([current.arrays() for current in rounds])  # the step's one host sync
@@ -363,3 +368,40 @@ class BatchDecoder:
     def close(self, sequence: Sequence, current: Round) -> None:
         budget = sequence.max_tokens - sequence.emitted
         sequence.emit(*sequence.session.close(current, budget))
+
+
+def run_alone(decoder: BatchDecoder, sequence: Sequence, width: int) -> Iterator[list[Token]]:
+    """Drive a started sequence through `decoder` alone to its end, at `width`: its
+    prefill's first token, then what each step emitted. A batch of one is the served
+    path for a lone request, so this is how every caller outside the server decodes."""
+    if sequence.max_tokens <= 0:
+        return
+    first: list[Token] = []
+    while sequence.prefill is not None:
+        first = decoder.advance_prefill(sequence)
+    yield first
+    timer = sequence.session.timer
+    while not sequence.done:
+        if timer is not None:
+            timer.begin()
+        decoder.step([sequence], width)
+        if timer is not None:
+            timer.end()
+        yield sequence.tokens
+    unqueue(sequence)
+
+
+def run_together(decoder: BatchDecoder, sequences: list[Sequence]) -> list[list[Token]]:
+    """Prefill started sequences, then step all that still decode together at the
+    decoder's width, one target forward a step (as the server batches requests); each
+    sequence's tokens."""
+    out: list[list[Token]] = [[] for _ in sequences]
+    for tokens, sequence in zip(out, sequences, strict=True):
+        while sequence.prefill is not None:
+            tokens += decoder.advance_prefill(sequence)
+    while live := [(i, s) for i, s in enumerate(sequences) if not s.done]:
+        decoder.step([s for _, s in live], decoder.width)
+        for i, sequence in live:
+            out[i] += sequence.tokens
+    decoder.release()
+    return out

@@ -1,22 +1,20 @@
-"""What both decode paths share: tokens and their logprobs, per-request counters, the
-chunked prefill, and the drafter protocol. `engine.py` (classic decode) and
-`speculative.py` (the round loop) both build on it, so neither imports the other's
-internals.
+"""What the decoder's parts share: tokens and their logprobs, per-request counters, the
+one chunked prefill, and the drafter protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import mlx.core as mx
-import mlx.nn as nn
 
-from drafter.capture import Call, hooked_class
 from drafter.device import on_cpu
 from drafter.sampling import SamplingParams, top_alternatives
+
+if TYPE_CHECKING:
+    from drafter.forward import Forward
 
 # Rows a prefill chunk: see prefill_step.
 PREFILL_STEP = 2048
@@ -54,16 +52,19 @@ class GenerationStats:
         return (self.accepted + self.rounds) / self.rounds if self.rounds else 0.0
 
 
-def prefill(model: nn.Module, prompt: list[int], cache: list[Any]) -> mx.array:
+@dataclass
+class Prefilled:
+    """What a prefill leaves besides the cache: the last row's logits (V,), each
+    chunk's tapped features (with taps) and, with `every_row`, every row's scores."""
+
+    logits: mx.array
+    features: list[mx.array]
+    rows: mx.array | None = None
+
+
+def prefill(forward: Forward, prompt: list[int], cache: list[Any]) -> mx.array:
     """Run the prompt through the target; return the last row's logits (V,)."""
-    return prefill_tapped(model, prompt, cache, None)[0]
-
-
-def prefill_tapped(
-    model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
-) -> tuple[mx.array, list[mx.array]]:
-    """The whole prefill at once: see `prefill_steps`."""
-    return drain(prefill_steps(model, prompt, cache, capture))
+    return drain(prefill_steps(forward, prompt, cache)).logits
 
 
 def drain(steps: Generator[None, None, Result]) -> Result:
@@ -91,62 +92,33 @@ def prefill_step() -> int:
 
 
 def prefill_steps(
-    model: nn.Module, prompt: list[int], cache: list[Any], capture: Any
-) -> Generator[None, None, tuple[mx.array, list[mx.array]]]:
+    forward: Forward,
+    prompt: list[int],
+    cache: list[Any],
+    taps: bool = False,
+    every_row: Callable[[mx.array], mx.array] | None = None,
+) -> Generator[None, None, Prefilled]:
     """Run the prompt through the target in prefill_step() chunks, each evaluated (so
-    memory stays bounded) and followed by a yield (so a batch decodes between them);
-    return the last row's logits (V,) and, with a `capture` (drafter/capture.py), each
-    chunk's tapped features."""
+    memory stays bounded) and followed by a yield (so a batch decodes between them).
+    With `every_row`, each chunk's (L, V) logits go through it and are kept (scoring);
+    otherwise the last chunk computes its last row's logits alone."""
     tokens = mx.array(prompt)
     features: list[mx.array] = []
+    rows: list[mx.array] = []
     step = prefill_step()
     while tokens.size > step:
-        model(tokens[:step][None], cache=cache)
-        features += [capture.features()] if capture is not None else []
-        mx.eval([c.state for c in cache], features[-1:])
+        logits, tapped = forward(tokens[:step][None], cache, taps=taps)
+        features += [] if tapped is None else [tapped]
+        rows += [] if every_row is None else [every_row(logits[0])]
+        mx.eval([c.state for c in cache], features[-1:], rows[-1:])
         tokens = tokens[step:]
         yield
-    with last_row_head(model):
-        logits = model(tokens[None], cache=cache)[0, -1]
-    features += [capture.features()] if capture is not None else []
-    return logits, features
-
-
-def last_row_only(original: Call) -> Call:
-    """A norm call that normalises only its input's last row."""
-
-    def __call__(self: nn.Module, x: mx.array, *args: Any, **kwargs: Any) -> Any:
-        return original(self, x[..., -1:, :], *args, **kwargs)
-
-    return __call__
-
-
-def last_row_class(cls: type) -> type:
-    return hooked_class(cls, "LastRow", last_row_only)
-
-
-@contextmanager
-def last_row_head(model: nn.Module) -> Iterator[None]:
-    """Within the block, `model`'s forwards compute the LM head for the last row only.
-
-    A prefill needs the logits of its last row alone, but an mlx-lm model's forward
-    computes them for every row: (L, V) logits, on this project's CPU an eighth of a
-    300-token prefill and, for a 150k-vocabulary target and a 2048-row chunk, 1.2 GB in
-    float32. mlx-lm's models apply their final norm (`model.model.norm`) just before the
-    head, and both act row by row, so the norm's class is swapped, as drafter/capture.py
-    swaps layers', for one that passes on only the last row. A model without that norm
-    keeps the full head. The tapped layers' outputs (drafter/capture.py) are untouched."""
-    inner = getattr(model, "model", None)
-    norm = getattr(inner, "norm", None)
-    if not isinstance(norm, nn.Module):
-        yield
-        return
-    plain = type(norm)
-    norm.__class__ = last_row_class(plain)
-    try:
-        yield
-    finally:
-        norm.__class__ = plain
+    logits, tapped = forward(tokens[None], cache, taps=taps, last_row=every_row is None)
+    features += [] if tapped is None else [tapped]
+    if every_row is None:
+        return Prefilled(logits[0, -1], features)
+    rows.append(every_row(logits[0]))
+    return Prefilled(logits[0, -1], features, mx.concatenate(rows, axis=0))
 
 
 def make_token(token: int, logprobs: mx.array, params: SamplingParams) -> Token:

@@ -47,7 +47,7 @@ from drafter.attention import (
 )
 from drafter.decoding import DraftScores
 from drafter.files import read_config, text_config, write_dir_atomically
-from drafter.linear import set_linear
+from drafter.forward import set_linear
 from drafter.rowwise import project, transposed
 
 ARCHITECTURE = "DFlashDraftModel"

@@ -1,4 +1,4 @@
-"""How a model's products run on this device: one layout, set by swapping layer classes.
+"""How a model's products run on this device: one layout of layer classes.
 
 A forward's time is mostly its linear layers and the tied LM head, and what makes them
 fast depends on the backend and the BLAS behind it, for the one row of a classic step
@@ -9,9 +9,9 @@ and the few rows of a verify block alike:
 - `columns` (other CPUs): the tied head by a contiguous copy (drafter/columns.py);
 - `matrix`: MLX's own layers as mlx-lm builds them.
 
-Each layout is a table of plain class -> its class. The swap touches `__class__` only:
-weights, parameter names and mlx-lm's model code stay as they are, and swapping back
-drops whatever a layer kept (`KEPT`).
+Each layout is a table of plain class -> its class, which drafter/forward.py swaps
+in: weights, parameter names and mlx-lm's model code stay as they are, and swapping
+back drops whatever a layer kept (`KEPT`).
 """
 
 from __future__ import annotations
@@ -35,32 +35,24 @@ assert tuple(LAYOUTS) == LINEAR_MODES
 KEPT = ("_operands", "_columns", "_heads")  # what swapped layers keep beside their parameters
 
 
-def swap_classes(model: nn.Module, table: Mapping[type, type]) -> int:
-    """Give each bias-free module whose class is a key of `table` the class it maps to;
-    returns how many changed. Layers with a bias keep theirs."""
-    changed = 0
-    for module in model.modules():
-        target = table.get(type(module))
-        if target is None or "bias" in module:
-            continue
-        module.__class__ = target
-        for key in KEPT:
-            module.__dict__.pop(key, None)
-        changed += 1
-    return changed
-
-
-def set_linear(model: nn.Module, mode: str) -> int:
-    """Put `model`'s layers in the `mode` layout (one of LINEAR_MODES), from whichever
-    they were in; returns how many modules the layout swapped."""
+def layout_changes(model: nn.Module, mode: str) -> list[tuple[nn.Module, type]]:
+    """Each bias-free product module of `model` and the class the `mode` layout (one of
+    LINEAR_MODES) gives it, from whichever layout it is in; drafter/forward.py applies
+    them. Layers with a bias keep theirs."""
     if mode not in LAYOUTS:
         raise ValueError(f"linear layout {mode!r} is none of {LINEAR_MODES}")
-    for table in LAYOUTS.values():
-        swap_classes(model, {swapped: plain for plain, swapped in table.items()})
-    changed = swap_classes(model, LAYOUTS[mode])
-    if mode == "rowwise":
-        rowwise.mark_head_products(model)
-    return changed
+    plain = {swapped: cls for table in LAYOUTS.values() for cls, swapped in table.items()}
+    changes = []
+    for module in model.modules():
+        cls = plain.get(type(module), type(module))
+        target = LAYOUTS[mode].get(cls, cls)
+        if target is not type(module) and "bias" not in module:
+            changes.append((module, target))
+    return changes
+
+
+def mark_head_products(model: nn.Module) -> None:
+    rowwise.mark_head_products(model)
 
 
 def choose_linear() -> str:

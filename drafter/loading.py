@@ -144,7 +144,7 @@ def ready_to_serve(engine: Engine, options: LoadOptions) -> None:
     if size > 0:  # "exact": whole prefill chunks only where a hit would change output
         anything = options.prompt_cache_hits == "any"
         text = engine.tokenizer.encode(PROBE_TEXT)
-        exact = anything or hits_are_exact(engine.model, engine.make_cache, text)
+        exact = anything or hits_are_exact(engine.forward, engine.make_cache, text)
         engine.prompt_cache = PromptCache(size, 1 if exact else prefill_step())
     if options.freeze_heap:
         freeze_heap()

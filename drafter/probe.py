@@ -24,6 +24,11 @@ most `noise`, a margin moves by at most 2 * noise: that is the tolerance.
     rounding  every divergence has margin <= tolerance: the kernels disagree there
     differs   some divergence has margin > tolerance: a defect
 
+Both ways run through the served decoder (drafter/batch.py): classic decode is its
+width-1 step, speculation its step at the resolved width, alone and then with every
+probe prompt in one batch, so the rows concurrent requests get are proven too (a
+batched divergence is classified like a solo one, without the restarts).
+
 EOS is ignored so the probe always compares the same number of tokens.
 """
 
@@ -33,7 +38,8 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from drafter.decoding import prefill
+from drafter.batch import BatchDecoder, run_together
+from drafter.decoding import GenerationStats, prefill
 from drafter.diagnostics import ProbeFields
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
@@ -57,11 +63,13 @@ class Divergence:
     classic: int
     speculative: int
     margin: float  # classic's logit(classic) - logit(speculative) there, one-row forward
+    batched: bool = False  # in the step shared by every probe prompt
 
     def describe(self) -> str:
+        where = " (batched)" if self.batched else ""
         return (
-            f"prompt {self.prompt_index + 1} token {self.position}: classic {self.classic}, "
-            f"speculative {self.speculative}, margin {self.margin:.4g}"
+            f"prompt {self.prompt_index + 1} token {self.position}{where}: classic "
+            f"{self.classic}, speculative {self.speculative}, margin {self.margin:.4g}"
         )
 
 
@@ -126,6 +134,7 @@ def probe_exactness(
     width = engine.block_size
     assert width is not None  # engine.speculative
     compared, noise, divergences = 0, 0.0, []
+    classics, one_rows = [], []
     for index, ids in enumerate(prompts):
         classic = classic_tokens(engine, ids, tokens)
         compared += len(classic)
@@ -133,12 +142,41 @@ def probe_exactness(
         w_rows = teacher_forced_logits(engine, ids, classic, rows=width)
         noise = max(noise, mx.max(mx.abs(one_row - w_rows)).item())
         divergences += realigned_divergences(engine, ids, classic, one_row, index)
+        classics.append(classic)
+        one_rows.append(one_row)
+    if len(prompts) > 1:
+        divergences += batched_divergences(engine, prompts, classics, one_rows)
     return ProbeResult(width, compared, noise, tuple(divergences))
 
 
 def classic_tokens(engine: Engine, prompt: list[int], tokens: int) -> list[int]:
-    steps = engine.classic_generate(prompt, tokens, SamplingParams(), ignore_eos=True)
+    steps = engine.generate(prompt, tokens, SamplingParams(), ignore_eos=True, width=None)
     return [t.id for step in steps for t in step]
+
+
+def batched_tokens(engine: Engine, prompts: list[list[int]], tokens: int) -> list[list[int]]:
+    """Greedy tokens of every prompt decoded together at the resolved width."""
+    decoder = BatchDecoder(engine)
+    sequences = [
+        decoder.start(ids, tokens, SamplingParams(), GenerationStats(), ignore_eos=True)
+        for ids in prompts
+    ]
+    return [[t.id for t in out] for out in run_together(decoder, sequences)]
+
+
+def batched_divergences(
+    engine: Engine, prompts: list[list[int]], classics: list[list[int]], one_rows: list[mx.array]
+) -> list[Divergence]:
+    """Where each prompt's batched output first leaves its classic output."""
+    found = []
+    batched = batched_tokens(engine, prompts, len(classics[0]))
+    for index, (classic, tokens) in enumerate(zip(classics, batched, strict=True)):
+        at = first_difference(classic, tokens)
+        if at is not None and at < len(classic):
+            spec = tokens[at] if at < len(tokens) else classic[at]
+            where = margin(one_rows[index], at, classic, spec)
+            found.append(Divergence(index, at, classic[at], spec, where, batched=True))
+    return found
 
 
 def speculative_tokens(engine: Engine, prompt: list[int], tokens: int) -> list[int]:
@@ -152,12 +190,12 @@ def teacher_forced_logits(
     """(n, V) float32 logits predicting tokens[1:], fed `rows` tokens per forward
     after the prompt (rows=1: classic decode; rows=w: verify-shaped blocks)."""
     cache = engine.make_cache()
-    prefill(engine.model, prompt, cache)
+    prefill(engine.forward, prompt, cache)
     out = []
     fed = tokens[:-1]
     for start in range(0, len(fed), rows):
         block = mx.array(fed[start : start + rows])[None]
-        out.append(engine.model(block, cache=cache)[0].astype(mx.float32))
+        out.append(engine.forward(block, cache)[0][0].astype(mx.float32))
         mx.eval(out[-1])
     return mx.concatenate(out) if out else mx.zeros((0, engine.vocab_size))
 

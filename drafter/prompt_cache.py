@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
-import mlx.nn as nn
 from mlx.utils import tree_flatten
 from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
@@ -138,7 +137,7 @@ PROBE_TEXT = (
 
 
 def hits_are_exact(
-    model: nn.Module, make_cache: Callable[[], list[Any]], prompt: list[int]
+    forward: Forward, make_cache: Callable[[], list[Any]], prompt: list[int]
 ) -> bool:
     """Whether prefilling `prompt` in two parts gives the state one forward gives, bit
     for bit: the last row's logits and every layer's cached state.
@@ -151,7 +150,7 @@ def hits_are_exact(
     def state_after(*parts: list[int]) -> list[mx.array]:
         cache = make_cache()
         for part in parts:
-            logits = prefill(model, part, cache)
+            logits = prefill(forward, part, cache)
         state = [a for _, a in tree_flatten([c.state for c in cache]) if isinstance(a, mx.array)]
         return [logits, *state]
 

@@ -14,8 +14,9 @@ unchanged. Per mlx-lm cache type:
   restores them and re-feeds the kept rows' keys/values through the cache's
   own `update_and_fetch`: the same code path as the reference, wrapped or not.
 - ArraysCache (Gated DeltaNet conv + recurrent state): cannot be trimmed.
-  `checkpoint` keeps the state arrays; `prepare` hooks each `linear_attn`
-  module so its inputs and mask during the verify call are recorded; rollback
+  `checkpoint` keeps the state arrays and arms the cache (its `armed` recording), so
+  the layer's `linear_attn` module, which drafter/forward.py gives a recording
+  class, records its inputs and mask during the verify call; rollback
   restores the state and re-runs mlx-lm's own module on the first n_keep
   recorded rows (output discarded), so the numerics are mlx-lm's.
 
@@ -26,7 +27,6 @@ this); snapshots therefore hold views (`a[...]`), which keep the old data.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,39 +73,6 @@ class Checkpoint:
     snapshots: list[Snapshot]
 
 
-# ArraysCache -> the Recording its hooked module fills; only armed caches are here.
-_ARMED: weakref.WeakKeyDictionary[ArraysCache, Recording] = weakref.WeakKeyDictionary()
-_HOOKED_CLASSES: dict[type, type] = {}
-
-
-def prepare(model: nn.Module) -> None:
-    """Hook every `linear_attn` module of the target's layers (idempotent)."""
-    for layer in getattr(model, "layers", []):
-        module = getattr(layer, "linear_attn", None)
-        if module is not None and not getattr(module, "_draftwise_recording", False):
-            module.__class__ = recording_class(type(module))
-
-
-def recording_class(cls: type) -> type:
-    """A subclass of `cls` whose call records its inputs when its cache is armed.
-
-    Swapping the instance's class (rather than wrapping it in a new module)
-    keeps the parameter tree, and therefore weight names, unchanged.
-    """
-    if cls not in _HOOKED_CLASSES:
-        original = cls.__call__
-
-        def __call__(self: nn.Module, inputs: mx.array, mask: Any = None, cache: Any = None) -> Any:
-            recording = _ARMED.get(cache) if isinstance(cache, ArraysCache) else None
-            if recording is not None:
-                recording.module, recording.inputs, recording.mask = self, inputs, mask
-            return original(self, inputs, mask, cache)
-
-        attrs = {"__call__": __call__, "_draftwise_recording": True}
-        _HOOKED_CLASSES[cls] = type(f"Recording{cls.__name__}", (cls,), attrs)
-    return _HOOKED_CLASSES[cls]
-
-
 def checkpoint(cache: list[Any]) -> Checkpoint:
     """Snapshot what rollback needs; call right before the verify forward."""
     return Checkpoint([snapshot(entry) for entry in cache])
@@ -119,7 +86,7 @@ def snapshot(entry: Any) -> Snapshot:
     if isinstance(entry, ArraysCache):
         state = [view(array) for array in entry.cache]
         snap = ArraysSnapshot(state, view(entry.left_padding), view(entry.lengths))
-        _ARMED[entry] = snap.recording
+        entry.armed = snap.recording  # armed: its layer records what it is fed
         return snap
     raise TypeError(f"speculative rollback does not support {type(entry).__name__} caches")
 
@@ -128,12 +95,12 @@ def record_inputs(entry: ArraysCache) -> Recording:
     """Arm a batch's stacked ArraysCache (drafter/batch.py) so its hooked module records
     what it is fed; the batch then re-runs each request's accepted rows from it."""
     recording = Recording()
-    _ARMED[entry] = recording
+    entry.armed = recording
     return recording
 
 
 def disarm(entry: ArraysCache) -> None:
-    _ARMED.pop(entry, None)
+    entry.armed = None
 
 
 def view(array: mx.array | None) -> mx.array | None:
@@ -193,14 +160,14 @@ def rollback_rotating(
 
 
 def rollback_arrays(entry: ArraysCache, snap: ArraysSnapshot, n_keep: int, n_verified: int) -> None:
-    _ARMED.pop(entry, None)
+    disarm(entry)
     recording = snap.recording
     if n_keep == n_verified:
         return
     if recording.inputs is None:
         raise ValueError(
             "an ArraysCache layer recorded no inputs during verify: only targets whose "
-            "recurrent layers are `linear_attn` modules hooked by prepare(model) can roll back"
+            "recurrent layers are `linear_attn` modules run through drafter.forward can roll back"
         )
     rows = recording.inputs.shape[1]
     if rows != n_verified:

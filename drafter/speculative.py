@@ -32,22 +32,19 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from drafter import acceptance, rollback
 from drafter.attention import reserve
-from drafter.capture import installed
 from drafter.decoding import (
     Drafter,
     DraftScores,
     GenerationStats,
     Token,
-    drain,
     make_tokens,
     prefill_steps,
 )
@@ -66,21 +63,6 @@ if TYPE_CHECKING:
     from drafter.engine import Engine
 
 STAGES = ("draft", "verify", "choose", "sync", "rollback", "rest")
-
-
-def speculative_generate(
-    engine: Engine,
-    prompt: list[int],
-    max_tokens: int,
-    params: SamplingParams,
-    stats: GenerationStats,
-    ignore_eos: bool = False,
-    width: int | None = None,
-) -> Iterator[list[Token]]:
-    """Yield the tokens of each round (the first holds the prefill's token); `width`
-    None: the engine's."""
-    session = Session(engine, params, stats, ignore_eos, width=width)
-    yield from session.generate(prompt, max_tokens)
 
 
 def one_hots(tokens: mx.array, vocab: int) -> mx.array:
@@ -142,8 +124,9 @@ class Round:
 class Session:
     """One request's decoding state; tests read `cache` between rounds.
 
-    With a drafter, rounds speculate; without one (or at width 1) a round is a
-    classic decode step, which is how a batch runs target-only requests."""
+    With a drafter, rounds speculate (a width-1 round is then a classic step that
+    keeps the drafter's context); a session of width 1 has no drafter and decodes
+    classically."""
 
     def __init__(
         self,
@@ -155,9 +138,9 @@ class Session:
         timer: RoundTimer | None = None,
     ) -> None:
         self.engine = engine
-        self.model: nn.Module = engine.model
-        self.drafter: Drafter | None = engine.drafter
         self.width: int = (engine.block_size or 1) if width is None else width
+        # A width-1 session is classic decode: no drafter, no taps, no drafter context.
+        self.drafter: Drafter | None = engine.drafter if self.width > 1 else None
         if self.width < 1 or (self.width > 1 and self.drafter is None):
             raise ValueError(f"a block width of {self.width} needs a drafter and >= 1")
         if self.drafter is not None and self.width > self.drafter.max_width:
@@ -169,11 +152,10 @@ class Session:
         self.timer = timer
         self.eos_ids = set() if ignore_eos else engine.eos_ids
         self.vocab = engine.vocab_size
-        rollback.prepare(self.model)
-        self.capture = None
+        self.forward = engine.forward
+        self.taps = self.drafter is not None  # its forwards return the drafter's features
         self.draft_cache: list[Any] = []
         if self.drafter is not None:
-            self.capture = installed(self.model, self.drafter.target_layer_ids)
             self.draft_cache = self.drafter.make_cache(engine.attention)
             stats.block_size = self.width
         self.cache: list[Any] = []  # the target's; prefill makes it (or restores it)
@@ -195,15 +177,11 @@ class Session:
         it), one evaluated chunk per step; then choose and return the first token.
         max_tokens: what the request may still emit; the caches are then sized for it
         (`attention.reserve`), so no round grows them."""
-        self.cache, start, cached = self.engine.start_cache(
-            prompt, self.stats, features=self.capture is not None
-        )
-        logits, features = yield from prefill_steps(
-            self.model, prompt[start:], self.cache, self.capture
-        )
-        everything = None
-        if self.capture is not None:
-            everything = mx.concatenate(([] if cached is None else [cached]) + features, axis=1)
+        self.cache, start, cached = self.engine.start_cache(prompt, self.stats, features=self.taps)
+        done = yield from prefill_steps(self.forward, prompt[start:], self.cache, self.taps)
+        logits, everything = done.logits, None
+        if self.taps:
+            everything = mx.concatenate(([] if cached is None else [cached]) + done.features, 1)
         self.engine.remember(prompt, self.cache, everything)
         if self.engine.reserve_kv:  # after `remember`, which copies the cache as it is
             reserve(self.cache + self.draft_cache, len(prompt), max_tokens + self.width)
@@ -221,27 +199,6 @@ class Session:
         self.count([anchor])
         return make_tokens([anchor], log_softmax(scores)[None], self.params)
 
-    def prefill(self, prompt: list[int], max_tokens: int) -> list[Token]:
-        """The whole prefill at once; returns the first token."""
-        return drain(self.prefill_chunks(prompt, max_tokens))
-
-    def generate(self, prompt: list[int], max_tokens: int) -> Iterator[list[Token]]:
-        if max_tokens <= 0:
-            return
-        out = self.prefill(prompt, max_tokens)
-        yield out
-        emitted, anchor = 1, out[0].id
-        while emitted < max_tokens and anchor not in self.eos_ids:
-            if self.timer is not None:
-                self.timer.begin()
-            tokens, rows = self.round(anchor, max_tokens - emitted)
-            emitted += len(tokens)
-            anchor = tokens[-1]
-            out = make_tokens(tokens, rows, self.params)
-            if self.timer is not None:
-                self.timer.end()
-            yield out
-
     def round(
         self, anchor: int, budget: int, width: int | None = None
     ) -> tuple[list[int], mx.array]:
@@ -249,8 +206,8 @@ class Session:
         session's): see `open`, `judge` and `close`."""
         current = self.open(anchor, self.width if width is None else width)
         self.mark("draft", current.drafts)
-        logits = self.model(current.tokens[None], cache=self.cache)[0]
-        verified = None if self.capture is None else self.capture.features()
+        logits, verified = self.forward(current.tokens[None], self.cache, taps=self.taps)
+        logits = logits[0]
         self.mark("verify", logits, *([] if verified is None else [verified]))
         self.judge(current, logits, verified)
         self.mark("choose", *current.arrays()[1:])

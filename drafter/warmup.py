@@ -39,6 +39,8 @@ import time
 from dataclasses import dataclass
 
 from drafter.attention import STEP
+from drafter.batch import BatchDecoder, run_together
+from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 from drafter.vector_rows import VECTOR_TWO_PASS_KEYS
@@ -65,6 +67,7 @@ def warm_up(engine: Engine, budget_s: float = WARM_UP_BUDGET_S) -> WarmUp:
         base = engine.tokenizer.encode(TEXT)
         width = engine.block_size or 1
         run(engine, base, 2 * width + 2)
+        run_pair(engine, base, 2 * width + 2)
         if engine.speculative:
             deadline = start + budget_s
             for prompt in warm_prompts(base, width, engine.context_length):
@@ -148,9 +151,18 @@ def tiled(base: list[int], n: int) -> list[int]:
 
 
 def run(engine: Engine, prompt: list[int], tokens: int) -> None:
+    """The request alone, classic and at the loaded width."""
     params = SamplingParams()
-    for _ in engine.classic_generate(prompt, tokens, params, ignore_eos=True):
+    for _ in engine.generate(prompt, tokens, params, ignore_eos=True, width=None):
         pass
     if engine.speculative:
         for _ in engine.generate(prompt, tokens, params, ignore_eos=True):
             pass
+
+
+def run_pair(engine: Engine, prompt: list[int], tokens: int) -> None:
+    """Two of the request batched, as concurrent requests decode."""
+    params = SamplingParams()
+    decoder = BatchDecoder(engine)
+    pair = [decoder.start(prompt, tokens, params, GenerationStats(), True) for _ in range(2)]
+    run_together(decoder, pair)

@@ -8,6 +8,7 @@ value, from either, stops startup with one line naming it, and exit code 2.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -22,9 +23,6 @@ from policy.overrides import override_width
 from server.blas import BlasSettingError, reexec_with_chosen_blas
 from server.policy_file import default_calibration_path, load_calibration
 from server.settings import ServeSettings, env_names, setting_specs
-from server.tooling.bench import add_bench_parser
-from server.tooling.calibrate import add_calibrate_parser
-from server.tooling.profile import add_profile_parser
 
 EXIT_BAD_VALUE = 2
 EXIT_LOAD_FAILED = 1
@@ -33,12 +31,21 @@ log = structlog.get_logger("draftwise.server")
 
 SERVE_FLAGS: dict[str, str] = {name: spec.help for name, spec in setting_specs().items()}
 
+# The measurement commands: each module (server/tooling/) is imported only when its
+# command runs, so `draftwise serve` loads none of them.
+TOOLING: dict[str, tuple[str, str]] = {
+    "bench": ("server.tooling.bench", "sweep draft widths against classic decode"),
+    "calibrate": ("server.tooling.calibrate", "measure widths here and write a policy file"),
+    "profile": ("server.tooling.profile", "per-stage times of a speculative round"),
+}
+
 
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; of the tooling commands only `command`'s arguments are loaded."""
     parser = argparse.ArgumentParser(prog="draftwise", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the OpenAI-compatible HTTP API")
@@ -47,14 +54,25 @@ def build_parser() -> argparse.ArgumentParser:
     policy = commands.add_parser("policy", help="inspect the draft width policy")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
     add_explain_arguments(policy_commands.add_parser("explain", help="what a host would get"))
-    add_bench_parser(commands)
-    add_calibrate_parser(commands)
-    add_profile_parser(commands)
+    for name, (module, help_text) in TOOLING.items():
+        if name == command:
+            importlib.import_module(module).add_parser(commands)
+        else:
+            commands.add_parser(name, help=help_text)
     return parser
 
 
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    return build_parser(command_of(argv)).parse_args(argv)
+
+
+def command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names (its first word that is no option)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "policy":
         return run_explain(args)
     if args.command == "serve":

@@ -6,7 +6,7 @@
 # call: `RUN=r9 WAIT_S=560 bash scripts/h200/follow.sh`. It stops at once, exit status 3,
 # where the run's folder is missing: the call found a fresh machine (the hold lapsed
 # between calls, and the run went with the old one), so waiting would only spend device
-# time (session 31 spent 560 s that way).
+# time.
 D=/root/keep/${RUN:-train}
 if [ ! -f $D/stdout.txt ]; then
   echo "follow.sh: no run in $D: this is a fresh machine, the run was lost with the last hold" >&2

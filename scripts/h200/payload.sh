@@ -2,8 +2,8 @@
 # Build the H200 payload here: wheels for CPython 3.12 installed into site/, plus the
 # SmolLM2 GGUF, as one xz tar split into parts of 10 MB (.payload00/ .. .payload16/),
 # one carried per device call: a call carries at most 64 MiB, and the tree itself is
-# about 54 MB (the default drafter and the records; 13.5 MB parts passed the limit in
-# session 33, 16 MB ones in session 27, 19 MB ones before). Keep them out of git: add `/.payload*/` to .git/info/exclude.
+# about 54 MB (the default drafter and the records), so larger parts can pass the limit.
+# Keep them out of git: add `/.payload*/` to .git/info/exclude.
 # Usage: scripts/h200/payload.sh [workdir]
 set -euo pipefail
 work=${1:-/tmp/draftwise-payload}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200 call (issue 11): the shipped default pair served, one event per round, against
+# Device call: the shipped default pair served, one event per round, against
 # its classic arm: an interleaved sweep on the evaluation prompts (PROMPTS, a bench prompts
 # file; PER_KIND: only its first N prompts of each kind), n = 3. The MLX_* environment of
 # the call applies to both arms (the server inherits it).

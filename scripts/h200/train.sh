@@ -16,7 +16,7 @@
 # That needs BUDGET_S (the script's whole run, its evaluation included) plus about 30 s
 # (payload, target dir) under WAIT_S, and WAIT_S under the call's 600 s. Prefer it to a
 # run spanning calls: if the hold lapses between calls, the run is lost with the machine
-# (sessions 12 and 31 lost one that way; scripts/h200/follow.sh, the second call of such a
+# (scripts/h200/follow.sh, the second call of such a
 # run, stops at once on a fresh machine).
 # BRING names the depths that come back (e.g. "6"; default all of LAYERS): with two
 # depths trained side by side, bring one, or fetch the other in a second call.

@@ -785,7 +785,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "bench", help="sweep draft widths against classic decode, one server per arm"
     )

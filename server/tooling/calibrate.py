@@ -111,7 +111,7 @@ def calibrate_from_record(
     return entry
 
 
-def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "calibrate", help="measure widths on this device and write a local policy file"
     )

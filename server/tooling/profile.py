@@ -1,7 +1,7 @@
 """`draftwise profile`: where the time of a speculative round goes.
 
 For a pair, a width (or several), a prompt and a token count it runs the real
-round loop (`drafter.speculative.Session`) three ways:
+decoder the server runs (`drafter.batch.BatchDecoder`, a batch of one) three ways:
 
 - plain, as served: the round total, cold (the first request after load) and warm,
   and every round's time, to see whether rounds stay steady;
@@ -83,7 +83,7 @@ class WidthProfile:
     # thread's involuntary context switches in it (the host took the CPU away)
 
 
-def add_profile_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("profile", help="per-stage times of a speculative round")
     parser.add_argument("--model", default=None, help="target directory; default: the pair")
     parser.add_argument("--draft-model", default=None, help="drafter directory")
@@ -187,14 +187,17 @@ def run_profile(args: argparse.Namespace) -> int:
     if loaded.engine.drafter is None:
         print("error: profile needs a drafter (--draft-model none serves classic)", file=sys.stderr)
         return 2
-    if args.attention != "auto":
-        loaded.engine.attention = args.attention
-    attention = loaded.engine.attention
-    if args.linear != "auto":
-        loaded.engine.linear = args.linear
-    linear = loaded.engine.linear
-    if args.activation != "auto":
-        loaded.engine.activation = args.activation
+    chosen = {
+        kind: value
+        for kind, value in (
+            ("attention", args.attention),
+            ("linear", args.linear),
+            ("activation", args.activation),
+        )
+        if value != "auto"
+    }
+    loaded.engine.use(**chosen)
+    attention, linear = loaded.engine.attention, loaded.engine.linear
     loaded.engine.reserve_kv = args.kv == "reserved"
     # After the attention and linear choices, as the server warms what it will serve.
     warmed = warm_up(loaded.engine) if args.warm_up else None
@@ -254,12 +257,14 @@ def thread_counters() -> tuple[float, int]:
 def timed_rounds(
     engine: Any, prompt: list[int], tokens: int, width: int, timer: RoundTimer | None = None
 ) -> TimedRounds:
+    from drafter.batch import BatchDecoder, run_alone
     from drafter.decoding import GenerationStats
     from drafter.sampling import SamplingParams
-    from drafter.speculative import Session
 
     stats = GenerationStats()
-    session = Session(engine, SamplingParams(), stats, ignore_eos=True, width=width, timer=timer)
+    decoder = BatchDecoder(engine, width)
+    sequence = decoder.start(prompt, tokens, SamplingParams(), stats, True, timer)
+    session = sequence.session
 
     def buffer_rows() -> list[int]:
         """Each KV buffer's length; 0 before its first write (the drafter's buffers are
@@ -269,7 +274,7 @@ def timed_rounds(
 
     result = TimedRounds([], [], [], stats)
     last, rows, counters = None, buffer_rows(), thread_counters()
-    for _ in session.generate(prompt, tokens):
+    for _ in run_alone(decoder, sequence, width):
         now, now_counters = time.perf_counter(), thread_counters()
         after = buffer_rows()
         if last is not None:
@@ -285,7 +290,7 @@ def timed_rounds(
 def classic_step_ms(engine: Any, prompt: list[int], tokens: int) -> float:
     from drafter.sampling import SamplingParams
 
-    steps = engine.classic_generate(prompt, tokens, SamplingParams(), ignore_eos=True)
+    steps = engine.generate(prompt, tokens, SamplingParams(), ignore_eos=True, width=None)
     return 1000 * statistics.median(gaps(steps))
 
 

@@ -33,6 +33,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from drafter import rollback
 from drafter.checkpoints.tiny import QWEN3, QWEN3_5, build_model
+from drafter.forward import Forward
 
 SHAPES: dict[str, dict[str, Any]] = {
     # Qwen3-4B dimensions (36 layers, hidden 2560, GQA 32/8, head_dim 128).
@@ -84,7 +85,7 @@ def build_target(arch: str, quant: str | None, dtype: mx.Dtype = mx.bfloat16) ->
         group_size, bits = QUANT[quant]
         nn.quantize(model, group_size=group_size, bits=bits, mode=quant)
     mx.eval(model.parameters())
-    rollback.prepare(model)
+    Forward(model)  # recurrent layers record their inputs for rollback
     return model
 
 

@@ -12,9 +12,10 @@ from mlx_lm.models.activations import swiglu as mlx_swiglu
 from mlx_lm.models.cache import make_prompt_cache
 
 from drafter import cpu_blas, polyexp
-from drafter.activation import calls_mlx_swiglu, choose_activation, set_activation
+from drafter.activation import calls_mlx_swiglu, choose_activation
 from drafter.cpu_blas import AMD, INTEL
 from drafter.decoding import prefill
+from drafter.forward import Forward, set_activation
 from drafter.rowwise import MAX_ROWS
 from tests.drafter.conftest import Pair, engine_on
 
@@ -57,14 +58,15 @@ def test_polyexp_activation_swaps_every_feed_forward_layer_and_mlx_swaps_them_ba
     pair: Pair,
 ) -> None:
     model = pair.model
+    forward = Forward(model)  # recurrent layers get their recording class first
     classes = {name: type(m) for name, m in model.named_modules()}
     tokens = pair.tokenizer.encode("def quicksort(items):\n    return sorted(items)")
-    plain = prefill(model, tokens, make_prompt_cache(model))
+    plain = prefill(forward, tokens, make_prompt_cache(model))
     try:
         swapped = set_activation(model, "polyexp")
         assert swapped == sum(calls_mlx_swiglu(c) for c in classes.values()) > 0
         assert set_activation(model, "polyexp") == 0  # already there
-        hooked = prefill(model, tokens, make_prompt_cache(model))
+        hooked = prefill(forward, tokens, make_prompt_cache(model))
         np.testing.assert_allclose(np.array(hooked), np.array(plain), rtol=1e-4, atol=1e-4)
         changed = {n for n, m in model.named_modules() if type(m) is not classes[n]}
         assert len(changed) == swapped
@@ -76,7 +78,7 @@ def test_polyexp_activation_swaps_every_feed_forward_layer_and_mlx_swaps_them_ba
     finally:
         assert set_activation(model, "mlx") == swapped
     assert {name: type(m) for name, m in model.named_modules()} == classes
-    again = prefill(model, tokens, make_prompt_cache(model))
+    again = prefill(forward, tokens, make_prompt_cache(model))
     assert np.array_equal(np.array(again), np.array(plain))
 
 
@@ -163,7 +165,7 @@ def test_a_prefill_activation_speculative_engine_decodes_as_its_classic_engine(
     try:
         assert decode(4) == decode(None)
     finally:
-        engine.activation = "mlx"
+        engine.use(activation="mlx")
 
 
 @pytest.mark.parametrize(("speculative", "expected"), [(True, "compiled"), (False, "mlx")])
@@ -224,14 +226,14 @@ def test_a_compiled_speculative_engine_decodes_as_classic_and_retraces_after_a_l
 
     classic = decode(None)
     try:
-        engine.activation = "compiled"
+        engine.use(activation="compiled")
         assert decode(4) == classic
         assert any("_compiled" in m.__dict__ for m in pair.model.modules())
-        engine.linear = "matrix"
+        engine.use(linear="matrix")
         assert not any("_compiled" in m.__dict__ for m in pair.model.modules())
         assert engine.activation == "compiled"
         assert any(type(m).__name__.startswith("Compiled") for m in pair.model.modules())
         assert decode(4) == classic
     finally:
-        engine.activation = "mlx"
-        engine.linear = choose_linear()
+        engine.use(activation="mlx")
+        engine.use(linear=choose_linear())

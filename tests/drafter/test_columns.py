@@ -10,7 +10,7 @@ from mlx.utils import tree_flatten
 
 from drafter.columns import ColumnsEmbedding
 from drafter.dflash import target_embedding
-from drafter.linear import set_linear
+from drafter.forward import set_linear
 from tests.drafter.conftest import Pair
 
 

@@ -14,7 +14,8 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import make_prompt_cache
 
 from drafter import decoding
-from drafter.decoding import DraftScores, last_row_head, prefill
+from drafter.decoding import DraftScores, prefill
+from drafter.forward import Forward
 from tests.drafter.conftest import Pair
 
 PROMPT = [5, 9, 3, 17, 2, 40, 8, 11, 6, 23, 4, 30]
@@ -23,7 +24,7 @@ PROMPT = [5, 9, 3, 17, 2, 40, 8, 11, 6, 23, 4, 30]
 def test_within_last_row_head_a_forward_returns_only_the_last_rows_logits(pair: Pair) -> None:
     tokens = mx.array(PROMPT)[None]
     full = pair.model(tokens, cache=make_prompt_cache(pair.model))
-    with last_row_head(pair.model):
+    with Forward(pair.model).last_row_head():
         last = pair.model(tokens, cache=make_prompt_cache(pair.model))
     assert full.shape[1] == len(PROMPT)
     assert last.shape == (1, 1, full.shape[2])
@@ -34,7 +35,7 @@ def test_the_norm_gets_its_class_back_even_when_the_forward_fails(pair: Pair) ->
     norm = pair.model.model.norm
     plain = type(norm)
     try:
-        with last_row_head(pair.model):
+        with Forward(pair.model).last_row_head():
             assert type(norm) is not plain
             raise RuntimeError("a forward failed")
     except RuntimeError:
@@ -46,7 +47,7 @@ def test_the_norm_gets_its_class_back_even_when_the_forward_fails(pair: Pair) ->
 
 def test_prefill_returns_the_same_logits_and_cache_as_a_whole_forward(pair: Pair) -> None:
     cache = make_prompt_cache(pair.model)
-    logits = prefill(pair.model, PROMPT, cache)
+    logits = prefill(Forward(pair.model), PROMPT, cache)
     reference_cache = make_prompt_cache(pair.model)
     full = pair.model(mx.array(PROMPT)[None], cache=reference_cache)[0, -1]
     np.testing.assert_allclose(np.array(logits), np.array(full), rtol=1e-5, atol=1e-5)
@@ -72,7 +73,7 @@ class Bare(nn.Module):
 def test_a_model_without_a_final_norm_keeps_its_full_head() -> None:
     bare = Bare()
     x = mx.ones((1, 5, 4))
-    with last_row_head(bare):
+    with Forward(bare).last_row_head():
         out = bare(x)
     assert out.shape == (1, 5, 6)
 
@@ -117,5 +118,5 @@ def test_a_prefill_runs_in_chunks_of_the_devices_prefill_step(
     monkeypatch.setattr(decoding, "PREFILL_STEP", 8)
     monkeypatch.setattr(decoding, "on_cpu", lambda: cpu)
     model = Rows()
-    prefill(model, list(range(10)), [])
+    prefill(Forward(model), list(range(10)), [])
     assert model.calls == chunks

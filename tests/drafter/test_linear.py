@@ -11,7 +11,8 @@ import pytest
 from drafter.columns import ColumnsEmbedding
 from drafter.cpu_blas import AMD, bound_blas, cpu_vendor
 from drafter.diagnostics import LINEAR_MODES
-from drafter.linear import LAYOUTS, choose_linear, set_linear
+from drafter.forward import set_linear
+from drafter.linear import LAYOUTS, choose_linear
 from drafter.padded import PaddedEmbedding, PaddedLinear
 from drafter.rowwise import RowwiseEmbedding, RowwiseLinear
 from tests.drafter.conftest import Pair, engine_on
@@ -70,7 +71,7 @@ def test_the_engine_sets_one_layout_for_target_and_drafter(pair: Pair) -> None:
     engine = engine_on(pair, pair.drafter, 4)
     assert engine.linear == choose_linear()
     for mode in LINEAR_MODES:
-        engine.linear = mode
+        engine.use(linear=mode)
         assert engine.linear == mode
         assert type(pair.model.model.embed_tokens) is SWAPPED.get(mode, nn.Embedding)
         for model in (pair.model, pair.drafter.model):

@@ -9,7 +9,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 
-from drafter.linear import set_linear
+from drafter.forward import set_linear
 from drafter.padded import PaddedEmbedding, PaddedLinear, padded_product
 
 K, N = 96, 40

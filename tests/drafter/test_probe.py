@@ -126,7 +126,7 @@ def test_divergences_at_ties_within_the_kernel_noise_are_rounding(
 
 def test_probe_compares_the_full_count_even_past_eos(pair: tuple[Any, Any, Any]) -> None:
     _, tokenizer, _ = pair
-    steps = engine(pair, None).classic_generate([1, 2, 3], 1, SamplingParams())
+    steps = engine(pair, None).generate([1, 2, 3], 1, SamplingParams(), width=None)
     first = [t.id for step in steps for t in step]
     saved = tokenizer.eos_token_ids
     tokenizer.eos_token_ids = set(first)

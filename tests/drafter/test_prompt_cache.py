@@ -14,6 +14,7 @@ from mlx_lm.models.cache import KVCache
 from drafter.attention import make_cache
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
+from drafter.forward import Forward
 from drafter.prompt_cache import PROBE_TEXT, PromptCache, hits_are_exact
 from drafter.sampling import SamplingParams
 from tests.drafter.conftest import ARCHITECTURES, load_pair
@@ -186,9 +187,9 @@ class ForwardMean(nn.Module):
 def test_hits_are_exact_where_two_part_prefills_equal_one_forward(target: Target) -> None:
     prompt = target.tokenizer.encode(PROBE_TEXT)
     model = target.model
-    assert hits_are_exact(model, lambda: make_cache(model, "exact"), prompt)
+    assert hits_are_exact(Forward(model), lambda: make_cache(model, "exact"), prompt)
     mean = ForwardMean(vocab=257)
-    assert not hits_are_exact(mean, lambda: [KVCache()], prompt)
+    assert not hits_are_exact(Forward(mean), lambda: [KVCache()], prompt)
 
 
 def test_a_cache_of_whole_chunks_restores_whole_chunks_and_changes_no_output(

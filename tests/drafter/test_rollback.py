@@ -28,7 +28,8 @@ from mlx_lm.models.cache import (
 )
 
 from drafter.checkpoints.tiny import write_tiny_model
-from drafter.rollback import checkpoint, prepare, rollback
+from drafter.forward import Forward
+from drafter.rollback import checkpoint, rollback
 
 PROMPT = [(7 * i + 3) % 256 for i in range(20)]
 WIDTHS = (2, 4, 8, 16)
@@ -55,7 +56,7 @@ def qwen3_5(tmp_path_factory: pytest.TempPathFactory) -> nn.Module:
 
 def load_prepared(path: Path, arch: str) -> nn.Module:
     model, _ = load(str(write_tiny_model(path, arch, seed=0)))
-    prepare(model)
+    Forward(model)
     return model
 
 
@@ -251,24 +252,24 @@ def test_full_acceptance_leaves_the_verify_state_untouched(qwen3_5: nn.Module) -
             assert b == a
 
 
-def test_prepare_is_idempotent_and_keeps_weight_names(tmp_path: Path) -> None:
+def test_the_recording_class_is_given_once_and_keeps_weight_names(tmp_path: Path) -> None:
     model, _ = load(str(write_tiny_model(tmp_path / "m", "qwen3_5", seed=1)))
     names = [name for name, _ in tree_flatten(model.parameters())]
-    prepare(model)
+    Forward(model)
     hooked = type(model.layers[0].linear_attn)
-    prepare(model)
+    Forward(model)
     assert type(model.layers[0].linear_attn) is hooked
     assert hooked.__mro__[1].__name__ == "GatedDeltaNet"
     assert [name for name, _ in tree_flatten(model.parameters())] == names
 
 
-def test_rollback_of_an_unprepared_hybrid_target_names_the_problem(tmp_path: Path) -> None:
+def test_rollback_of_a_hybrid_target_run_outside_forward_names_the_problem(tmp_path: Path) -> None:
     model, _ = load(str(write_tiny_model(tmp_path / "m", "qwen3_5", seed=2)))
     cache = make_prompt_cache(model)
     feed(model, cache, PROMPT)
     ckpt = checkpoint(cache)
     feed(model, cache, verify_rows(4))
-    with pytest.raises(ValueError, match="prepare"):
+    with pytest.raises(ValueError, match="drafter.forward"):
         rollback(cache, ckpt, 2, 4)
 
 

@@ -12,7 +12,7 @@ from mlx.utils import tree_flatten
 from mlx_lm import load
 
 from drafter.checkpoints.tiny import write_tiny_model
-from drafter.linear import set_linear
+from drafter.forward import set_linear
 from drafter.rowwise import (
     MAX_ROWS,
     RowwiseEmbedding,

@@ -11,10 +11,11 @@ from mlx_lm.models.cache import make_prompt_cache
 from scipy.stats import chisquare
 
 from drafter import polyexp
-from drafter.capture import installed
+from drafter.batch import BatchDecoder, run_alone
 from drafter.decoding import DraftScores, GenerationStats
 from drafter.dflash import DFlashDrafter
 from drafter.engine import Engine
+from drafter.forward import Forward
 from drafter.sampling import SamplingParams, sampling_logprobs, token_logprobs
 from drafter.speculative import Session
 from tests.drafter.conftest import Pair, engine_on
@@ -122,15 +123,13 @@ def test_greedy_equals_classic_for_every_acceptance_length(
     classic decode takes it too, so the reference is classic under the same mode."""
     reference = classic(pair, TOKENS + width, attention=attention)
     for agree in range(width):
-        session = Session(
-            engine_for(pair, forced(pair, reference, agree), width, attention),
-            SamplingParams(),
-            GenerationStats(),
-        )
+        decoder = BatchDecoder(engine_for(pair, forced(pair, reference, agree), width, attention))
+        sequence = decoder.start(PROMPT, TOKENS, SamplingParams(), GenerationStats())
+        session = sequence.session
         ref_cache = make_prompt_cache(pair.model)
         pair.model(mx.array(PROMPT)[None], cache=ref_cache)
         out: list[int] = []
-        for step in session.generate(PROMPT, TOKENS):
+        for step in run_alone(decoder, sequence, width):
             for token in [t.id for t in step]:
                 if out:
                     pair.model(mx.array([[out[-1]]]), cache=ref_cache)
@@ -203,9 +202,9 @@ def test_drafter_context_is_the_targets_features_of_every_position(pair: Pair) -
     reference = classic(pair, TOKENS + 4)
     drafter = forced(pair, reference, agree=2)
     out = run(engine_for(pair, drafter, 4), TOKENS)
-    capture = installed(pair.model, pair.drafter.target_layer_ids)
-    pair.model(mx.array(PROMPT + out)[None])
-    expected = capture.features()
+    forward = Forward(pair.model, pair.drafter.target_layer_ids)
+    expected = forward(mx.array(PROMPT + out)[None], None, taps=True)[1]
+    assert expected is not None
     given = mx.concatenate(drafter.contexts, axis=1)
     assert given.shape[1] == len(PROMPT) + len(out) - 1 - (len(out) - 1) % 3
     assert mx.allclose(given, expected[:, : given.shape[1]], atol=1e-4, rtol=1e-4).item()
@@ -381,10 +380,12 @@ def test_no_round_grows_a_kv_buffer_once_the_request_is_reserved(
     mid-request. Greedy output is the same either way, and equals classic decode's."""
     engine = engine_for(pair, pair.drafter, 4)
     engine.reserve_kv = reserve_kv
-    session = Session(engine, SamplingParams(), GenerationStats(), ignore_eos=True)
     prompt = PROMPT * 12  # 228 tokens: the 256-row step is crossed mid-request
+    decoder = BatchDecoder(engine)
+    sequence = decoder.start(prompt, 100, SamplingParams(), GenerationStats(), ignore_eos=True)
+    session = sequence.session
     rows, tokens = [], []
-    for step in session.generate(prompt, 100):
+    for step in run_alone(decoder, sequence, 4):
         rows.append(buffer_rows(session))
         tokens += [t.id for t in step]
     grew = sum(after != before for before, after in zip(rows[1:], rows[2:], strict=False))
@@ -393,9 +394,7 @@ def test_no_round_grows_a_kv_buffer_once_the_request_is_reserved(
         assert min(rows[1]) >= len(prompt) + 100  # the drafter's since its first block
     plain = engine_for(pair)
     plain.reserve_kv = reserve_kv
-    reference = [
-        t.id for s in plain.classic_generate(prompt, 100, SamplingParams(), True) for t in s
-    ]
+    reference = [t.id for s in plain.generate(prompt, 100, SamplingParams(), None, True) for t in s]
     assert tokens == reference
 
 
@@ -403,8 +402,10 @@ def test_prefill_puts_the_prompt_into_the_drafters_context(pair: Pair) -> None:
     """The prompt's context rows are projected at the prefill, so the first round takes
     in no new rows and costs what later rounds cost; the drafts are unchanged."""
     engine = engine_for(pair, pair.drafter, 4)
-    session = Session(engine, SamplingParams(), GenerationStats(), ignore_eos=True)
-    steps = session.generate(PROMPT, TOKENS)
+    decoder = BatchDecoder(engine)
+    sequence = decoder.start(PROMPT, TOKENS, SamplingParams(), GenerationStats(), ignore_eos=True)
+    session = sequence.session
+    steps = run_alone(decoder, sequence, 4)
     next(steps)  # the prefill's token
     assert [c.offset for c in session.draft_cache] == [len(PROMPT)] * len(session.draft_cache)
     assert session.take_context().shape[1] == 0

@@ -8,11 +8,11 @@ import time
 import pytest
 
 from drafter.attention import STEP
+from drafter.batch import BatchDecoder, run_alone
 from drafter.decoding import GenerationStats
 from drafter.engine import Engine
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import SamplingParams
-from drafter.speculative import Session
 from drafter.vector_rows import VECTOR_TWO_PASS_KEYS
 from drafter.warmup import (
     TEXT,
@@ -45,7 +45,7 @@ def test_warm_up_leaves_the_prompt_cache_as_it_found_it(pair: Pair) -> None:
     engine = engine_of(pair, 600)  # warm-up requests of 264 tokens only: a quick test
     cache = engine.prompt_cache = PromptCache(2**30)
     client = pair.tokenizer.encode("a client's prompt, cached before the warm-up")
-    list(engine.classic_generate(client, 2, SamplingParams(), ignore_eos=True))
+    list(engine.generate(client, 2, SamplingParams(), ignore_eos=True, width=None))
     before = list(cache.entries)
     assert before == [tuple(client)]
 
@@ -95,9 +95,11 @@ def test_crossing_prompts_end_where_the_base_text_ends() -> None:
 def test_later_round_starts_are_the_target_cache_rows_each_round_starts_with(pair: Pair) -> None:
     engine = engine_of(pair, 600)
     prompt = pair.tokenizer.encode("rows at every round's start, counted two ways")
-    session = Session(engine, SamplingParams(), GenerationStats(), ignore_eos=True)
+    decoder = BatchDecoder(engine)
+    sequence = decoder.start(prompt, 40, SamplingParams(), GenerationStats(), ignore_eos=True)
+    session = sequence.session
     sizes, rows_after = [], []
-    for out in session.generate(prompt, 40):
+    for out in run_alone(decoder, sequence, decoder.width):
         sizes.append(len(out))
         kv = next(c for c in session.cache if hasattr(c, "offset"))  # an attention layer's
         rows_after.append(kv.offset)  # = the next round's start

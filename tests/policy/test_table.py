@@ -144,3 +144,17 @@ def test_an_invalid_entry_is_refused_when_it_is_written(
 ) -> None:
     with pytest.raises(PolicyError, match=problem):
         entry(**changes)
+
+
+@pytest.mark.parametrize("table_entry", TABLE, ids=lambda e: e.describe_key())
+def test_every_remeasure_condition_is_one_short_line(table_entry: TableEntry) -> None:
+    assert len(table_entry.remeasure_when) <= 200
+    assert "\n" not in table_entry.remeasure_when
+
+
+def test_every_record_is_in_the_index() -> None:
+    results = REPO / "docs" / "benchmark_results"
+    index = (results / "README.md").read_text()
+    records = sorted(p.name for p in results.glob("*.md") if p.name != "README.md")
+    assert records
+    assert [name for name in records if f"]({name})" not in index] == []

@@ -12,7 +12,7 @@ from drafter.diagnostics import ACTIVATION_MODES
 from policy import OVERRIDE_ENV_VARS, TableEntry
 from server.cli import (
     SERVE_FLAGS,
-    build_parser,
+    parse_args,
     read_calibration,
     settings_error_line,
     source_of,
@@ -114,15 +114,15 @@ def test_unknown_draftwise_variables_are_reported() -> None:
 
 def test_every_serve_flag_is_a_setting_or_the_width_override() -> None:
     assert set(SERVE_FLAGS) == set(ServeSettings.model_fields) | {"draft_block_size"}
-    args = build_parser().parse_args(["serve", "--draft-block-size", "4", "--port", "1"])
+    args = parse_args(["serve", "--draft-block-size", "4", "--port", "1"])
     assert (args.draft_block_size, args.port, args.model) == ("4", "1", None)
 
 
 def test_policy_explain_bench_and_calibrate_are_mounted() -> None:
-    args = build_parser().parse_args(["policy", "explain", "--backend", "cuda"])
+    args = parse_args(["policy", "explain", "--backend", "cuda"])
     assert args.backend == "cuda"
-    assert build_parser().parse_args(["bench", "--widths", "2,4"]).widths == (2, 4)
-    assert build_parser().parse_args(["calibrate"]).command == "calibrate"
+    assert parse_args(["bench", "--widths", "2,4"]).widths == (2, 4)
+    assert parse_args(["calibrate"]).command == "calibrate"
 
 
 def test_serve_reads_the_calibration_file_under_the_cache_dir_by_default(tmp_path: Path) -> None:

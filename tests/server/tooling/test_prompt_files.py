@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from server.cli import build_parser
+from server.cli import parse_args
 from server.tooling.bench import (
     HELD_OUT_PROMPTS_FILE,
     SHORT_PROMPTS_FILE,
@@ -62,9 +62,7 @@ def test_the_held_out_prompts_file_is_the_splits_first_prompts_of_each_kind() ->
 
 
 def test_per_kind_benches_the_held_out_splits_first_n_prompts_of_each_kind() -> None:
-    args = build_parser().parse_args(
-        ["bench", "--prompts-file", str(HELD_OUT_PROMPTS_FILE), "--per-kind", "3"]
-    )
+    args = parse_args(["bench", "--prompts-file", str(HELD_OUT_PROMPTS_FILE), "--per-kind", "3"])
     config = config_from_args(args)
     expected = make_train_data().held_out_file(3)
     assert list(config.prompts) == expected["prompts"]
@@ -81,7 +79,7 @@ def test_per_kind_benches_the_held_out_splits_first_n_prompts_of_each_kind() -> 
 def test_per_kind_without_a_prompts_file_is_an_error_naming_it(
     extra: list[str], problem: str
 ) -> None:
-    args = build_parser().parse_args(["bench", "--per-kind", "2", *extra])
+    args = parse_args(["bench", "--per-kind", "2", *extra])
     with pytest.raises(BenchError, match=problem):
         config_from_args(args)
 
@@ -89,7 +87,7 @@ def test_per_kind_without_a_prompts_file_is_an_error_naming_it(
 def test_per_kind_needs_a_prompts_file_that_names_kinds(tmp_path: Path) -> None:
     path = tmp_path / "prompts.json"
     path.write_text(json.dumps({"prompts": ["a", "b"]}))
-    args = build_parser().parse_args(["bench", "--prompts-file", str(path), "--per-kind", "1"])
+    args = parse_args(["bench", "--prompts-file", str(path), "--per-kind", "1"])
     with pytest.raises(BenchError, match="--per-kind needs a --prompts-file that names"):
         config_from_args(args)
 
@@ -99,7 +97,7 @@ def test_a_per_kind_below_one_stops_the_command_naming_it(
     value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["bench", "--per-kind", value])
+        parse_args(["bench", "--per-kind", value])
     assert "--per-kind" in capsys.readouterr().err
 
 

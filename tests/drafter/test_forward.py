@@ -1,8 +1,11 @@
-"""Capturing the target's tapped hidden states during ordinary mlx-lm forwards."""
+"""The target's forward: tapped hidden states from ordinary mlx-lm forwards, returned
+by the call; the one module that assigns `__class__`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -10,8 +13,8 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm import load
 
-from drafter.capture import install, installed, remove
 from drafter.checkpoints.tiny import write_tiny_model
+from drafter.forward import Forward
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 TOKENS = mx.array([list(b"hello capture")])
@@ -25,7 +28,7 @@ def target(
     path = write_tiny_model(tmp_path_factory.mktemp(request.param) / "t", arch, 0, overrides)
     model = load(str(path))[0]
     yield model
-    remove(model)
+    Forward(model, [])  # untapped
 
 
 def truncated_hidden(model: nn.Module, depth: int) -> mx.array:
@@ -40,44 +43,57 @@ def truncated_hidden(model: nn.Module, depth: int) -> mx.array:
 
 
 def test_captured_features_are_the_tapped_layer_outputs_in_order(target: nn.Module) -> None:
-    capture = install(target, [2, 1])
-    logits = target(TOKENS)
-    features = capture.features()
+    logits, features = Forward(target, [2, 1])(TOKENS, None, taps=True)
+    assert features is not None
     assert features.shape == (1, TOKENS.shape[1], 2 * 64)
     norm = target.model.norm
     for index, layer in enumerate([2, 1]):
         tapped = features[..., index * 64 : (index + 1) * 64]
         assert mx.allclose(norm(tapped), truncated_hidden(target, layer + 1), atol=1e-5).item()
-    remove(target)
+    Forward(target, [])
     assert mx.array_equal(target(TOKENS), logits)
 
 
 def test_capturing_keeps_weight_names_and_layer_types(target: nn.Module) -> None:
     before = [name for name, _ in tree_flatten(target.parameters())]
     kinds = [type(layer) for layer in target.layers]
-    install(target, [1, 2])
+    Forward(target, [1, 2])
     assert [name for name, _ in tree_flatten(target.parameters())] == before
     assert all(isinstance(layer, kind) for layer, kind in zip(target.layers, kinds, strict=True))
-    remove(target)
+    Forward(target, [])
     assert [type(layer) for layer in target.layers] == kinds
 
 
-def test_installing_is_idempotent_and_a_repeated_layer_fills_every_slot(target: nn.Module) -> None:
-    first = installed(target, [1, 1])
-    assert installed(target, [1, 1]) is first
-    target(TOKENS)
-    features = first.features()
+def test_a_repeated_layer_fills_every_slot_and_new_taps_replace_old(target: nn.Module) -> None:
+    features = Forward(target, [1, 1])(TOKENS, None, taps=True)[1]
+    assert features is not None
     assert mx.array_equal(features[..., :64], features[..., 64:])
-    assert installed(target, [0, 2]) is not first
-    remove(target)
+    Forward(target, [0])
+    assert sum(hasattr(layer, "_draftwise_tap") for layer in target.layers) == 1
+    with pytest.raises(ValueError, match="no taps"):
+        Forward(target, [])(TOKENS, None, taps=True)
 
 
 def test_out_of_range_layer_is_refused(target: nn.Module) -> None:
     with pytest.raises(ValueError, match="target layer 4 out of range .* depth 4"):
-        install(target, [1, 4])
+        Forward(target, [1, 4])
 
 
 def test_features_before_any_forward_are_refused(target: nn.Module) -> None:
     with pytest.raises(RuntimeError, match="no target forward"):
-        install(target, [0]).features()
-    remove(target)
+        capture = Forward(target, [0]).capture
+        assert capture is not None
+        capture.features()
+    Forward(target, [])
+
+
+def test_only_the_forward_module_assigns_classes() -> None:
+    """Every `__class__` change of mlx-lm's modules goes through drafter/forward.py."""
+    root = Path(__file__).resolve().parents[2]
+    assigning = sorted(
+        str(path.relative_to(root))
+        for package in ("drafter", "server", "policy")
+        for path in (root / package).rglob("*.py")
+        if re.search(r"\.__class__\s*=[^=]", path.read_text())
+    )
+    assert assigning == ["drafter/forward.py"]
