@@ -41,6 +41,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
 
 from drafter.acceptance import common_prefix
 from drafter.decoding import prefill
+from drafter.forward import Forward
 
 
 @dataclass
