@@ -40,6 +40,7 @@ class GenerationStats:
     drafted: int = 0
     accepted: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
+    widths: dict[int, int] = field(default_factory=dict)  # speculative rounds per width
     # Wall time of the decode steps (rounds) that carried this request, prefill excluded:
     # the model worker's share of its latency (a batch's step counts for each member).
     decode_s: float = 0.0

@@ -328,6 +328,7 @@ class Session:
         if width == 1:
             return  # a classic step: nothing drafted
         self.stats.rounds += 1
+        self.stats.widths[width] = self.stats.widths.get(width, 0) + 1
         self.stats.drafted += width - 1
         self.stats.accepted += n_accepted
         for i in range(n_accepted):

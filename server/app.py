@@ -9,7 +9,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from server.errors import install_error_handlers
 from server.middleware import BodyLimit, RequestLog
 from server.openapi import install_openapi
-from server.routes import chat, completions, health, models, settings, tokenize
+from server.routes import chat, completions, health, models, responses, settings, tokenize
 from server.state import ServerState
 
 
@@ -17,7 +17,7 @@ def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="draftwise", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.draftwise = state
     install_error_handlers(app)
-    for module in (completions, chat, models, tokenize, settings, health):
+    for module in (completions, chat, responses, models, tokenize, settings, health):
         app.include_router(module.router)
     install_openapi(app)
     app.add_middleware(BodyLimit, max_bytes=state.settings.max_body_bytes)

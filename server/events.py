@@ -48,6 +48,7 @@ class Finished:
     index: int
     finish_reason: str
     completion_tokens: int
+    stats: GenerationStats = field(default_factory=GenerationStats)  # this choice's
 
 
 @dataclass
@@ -63,6 +64,8 @@ class Usage:
         total.rounds += stats.rounds
         total.drafted += stats.drafted
         total.accepted += stats.accepted
+        for width, rounds in stats.widths.items():
+            total.widths[width] = total.widths.get(width, 0) + rounds
         total.decode_s += stats.decode_s
         total.prefill_s += stats.prefill_s
         for position, count in enumerate(stats.accepted_per_position):

@@ -97,7 +97,7 @@ class ChoiceRun:
             text = self.stream.text
             end = Placed(self.eos_token, len(text), len(text))
             self.emit(Chunk(self.choice.index, "", self.names.legacy([end], self.offset), eos=True))
-        return Finished(self.choice.index, self.finish_reason, self.generated)
+        return Finished(self.choice.index, self.finish_reason, self.generated, self.stats)
 
 
 def echo_prompt(

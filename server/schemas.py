@@ -132,3 +132,79 @@ class TokenizeRequest(Body):
 class DetokenizeRequest(Body):
     model: str | None = None
     tokens: list[int]
+
+
+class InputText(Body):
+    """A text part of a Responses input message (`input_text`, or `output_text` in an
+    assistant turn sent back)."""
+
+    type: str
+    text: str | None = None
+
+
+class InputItem(Body):
+    """One item of a Responses `input` list: a message (`type` "message" or absent), a
+    function call the model made, or its output."""
+
+    model_config = ConfigDict(extra="allow")  # strict, from Body
+
+    type: str = "message"
+    role: str | None = None
+    content: str | list[InputText] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | None = None
+
+
+class ResponseTool(Body):
+    model_config = ConfigDict(extra="allow")  # strict, from Body
+
+    type: str
+    name: str | None = None
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ResponseToolChoice(Body):
+    type: str
+    name: str | None = None
+
+
+class TextFormat(Body):
+    model_config = ConfigDict(extra="allow")  # strict, from Body
+
+    type: str
+
+
+class TextConfig(Body):
+    model_config = ConfigDict(extra="allow")  # strict, from Body
+
+    format: TextFormat | None = None
+
+
+class ResponsesRequest(Body):
+    """POST /v1/responses: stateless; what it does not serve is refused by name."""
+
+    model: str | None = None
+    input: str | list[InputItem]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=2.0)
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    stream: bool | None = False
+    stop: str | list[str] | None = None  # extension, as on chat (extra_body)
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)  # extension
+    logit_bias: dict[str, float] | None = None  # extension, as on chat
+    tools: list[ResponseTool] | None = None
+    tool_choice: str | ResponseToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    text: TextConfig | None = None
+    store: bool | None = None
+    previous_response_id: str | None = None
+    background: bool | None = None
+    conversation: Any = None
+    prompt: Any = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    ignore_eos: bool | None = False  # extension, as on chat

@@ -22,6 +22,7 @@ from server.events import Chunk, CompletionPlan, Done, Finished, Job
 from server.openapi import generation_responses
 from server.plan import ModelFacts, build_plan
 from server.routes.jobs import (
+    finish_stats,
     job_events,
     request_record,
     serving_facts,
@@ -142,9 +143,12 @@ async def stream_chunks(
     include_usage: bool,
     request: Request,
 ) -> AsyncIterator[dict[str, Any]]:
-    def chunk(index: int, delta: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    def chunk(
+        index: int, delta: dict[str, Any], top: dict[str, Any] | None = None, **extra: Any
+    ) -> dict[str, Any]:
         choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
         payload = {**header, "object": "chat.completion.chunk", "choices": [{**choice, **extra}]}
+        payload |= top or {}
         return {**payload, "usage": None} if include_usage else payload
 
     async for event in job_events(job, request, request_record(request)):
@@ -164,7 +168,8 @@ async def stream_chunks(
         elif isinstance(event, Finished):
             for delta in state.deltas("", final=True):
                 yield chunk(event.index, delta)
-            yield chunk(event.index, {}, finish_reason=state.finish_reason(event.finish_reason))
+            reason = state.finish_reason(event.finish_reason)
+            yield chunk(event.index, {}, finish_stats(event), finish_reason=reason)
         elif isinstance(event, Done) and include_usage:
             yield {
                 **header,

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 from fastapi import Request
 
+from drafter.decoding import GenerationStats
 from server.errors import APIError, model_not_found, unavailable
 from server.events import Chunk, CompletionPlan, Done, Event, Failed, Finished, Job, Usage
 from server.plan import ModelFacts
@@ -162,8 +163,8 @@ async def job_events(
                 record["completion_tokens"] = event.usage.completion_tokens
                 record["prefill_ms"] = round(event.usage.stats.prefill_s * 1000, 1)
                 record["decode_ms"] = round(event.usage.stats.decode_s * 1000, 1)
-                if event.usage.stats.rounds:
-                    record["rounds"] = event.usage.stats.rounds
+                if event.usage.stats.block_size is not None:  # a speculative server
+                    record.update(speculative_stats(event.usage.stats))
                 finish()
                 yield event
                 return
@@ -179,15 +180,28 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.stats.cached_tokens},
     }
-    stats = usage.stats
-    if stats.rounds > 0:  # served speculatively
-        body["draftwise"] = {
-            "block_size": stats.block_size,
-            "rounds": stats.rounds,
-            "drafted": stats.drafted,
-            "accepted": stats.accepted,
-        }
+    if usage.stats.block_size is not None:  # a speculative server
+        body["draftwise"] = speculative_stats(usage.stats)
     return body
+
+
+def speculative_stats(stats: GenerationStats) -> dict[str, Any]:
+    """What speculation did for a request or a choice (docs/http-api.md): its rounds,
+    the tokens drafted and accepted in them, and the rounds at each width (the goodput
+    control may change the width between steps; width-1 steps draft nothing)."""
+    return {
+        "block_size": stats.block_size,
+        "rounds": stats.rounds,
+        "drafted": stats.drafted,
+        "accepted": stats.accepted,
+        "widths": {str(width): rounds for width, rounds in sorted(stats.widths.items())},
+    }
+
+
+def finish_stats(event: Finished) -> dict[str, Any]:
+    """The `draftwise` field of a stream's finishing chunk: that choice's counts."""
+    stats = event.stats
+    return {} if stats.block_size is None else {"draftwise": speculative_stats(stats)}
 
 
 def sse(payload: dict[str, Any]) -> str:

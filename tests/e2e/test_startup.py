@@ -186,6 +186,56 @@ def test_speculative_greedy_output_equals_the_classic_servers(
     assert "draftwise" not in classic["usage"]
 
 
+def spec_counters(base_url: str) -> tuple[float, float]:
+    """/metrics' drafted and accepted token counters."""
+    values = {}
+    for line in httpx.get(f"{base_url}/metrics").text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("draftwise_spec_draft_tokens_total", "draftwise_spec_accepted_tokens_total"):
+            values[name] = float(value)
+    drafted = values["draftwise_spec_draft_tokens_total"]
+    return drafted, values["draftwise_spec_accepted_tokens_total"]
+
+
+def test_every_response_carries_its_speculative_counts_and_they_sum_to_the_metrics(
+    override_servers: dict[str, ServerProcess],
+) -> None:
+    """Completions, chat (JSON and the stream's finishing chunk) and responses each say
+    what speculation drafted and accepted for them; over the run that is what /metrics
+    counts. The request log line carries the same counts."""
+    server = override_servers["flag"]
+    url = server.base_url
+    before = spec_counters(url)
+    common = {"max_tokens": 10, "temperature": 0, "ignore_eos": True}
+    messages = [{"role": "user", "content": "Count to five."}]
+    counts = [
+        httpx.post(f"{url}/v1/completions", json={"prompt": "def fib(n):", **common}).json()[
+            "usage"
+        ]["draftwise"],
+        httpx.post(f"{url}/v1/chat/completions", json={"messages": messages, **common}).json()[
+            "usage"
+        ]["draftwise"],
+        httpx.post(
+            f"{url}/v1/responses",
+            json={"input": "Count to five.", "max_output_tokens": 10, "ignore_eos": True},
+        ).json()["usage"]["draftwise"],
+    ]
+    stream = {"messages": messages, "stream": True, **common}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=stream) as response:
+        chunks = [json.loads(line[6:]) for line in response.iter_lines() if line[6:7] == "{"]
+    [finishing] = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    counts.append(finishing["draftwise"])
+    for count in counts:
+        assert count["block_size"] == 4 and count["rounds"] >= 1
+        assert count["drafted"] == 3 * count["rounds"] == 3 * count["widths"]["4"]
+        assert 0 <= count["accepted"] <= count["drafted"]
+    after = spec_counters(url)
+    assert after[0] - before[0] == sum(c["drafted"] for c in counts)
+    assert after[1] - before[1] == sum(c["accepted"] for c in counts)
+    logged = [e for e in server.events() if e.get("event") == "request" and "drafted" in e]
+    assert [e["drafted"] for e in logged[-4:]] == [c["drafted"] for c in counts]
+
+
 def test_a_width_above_the_drafters_maximum_stops_startup_after_loading(
     tiny_model: Path, drafter: Path
 ) -> None:
