@@ -27,7 +27,7 @@ def test_the_app_and_the_serve_path_import_no_benchmark_calibration_or_load_test
 def test_the_console_entry_parsing_serve_imports_no_tooling() -> None:
     result = loaded_tooling(
         "import server.cli\nserver.cli.parse_args(['serve', '--port', '1'])\n"
-        "server.cli.parse_args(['policy', 'explain'])"
+        "server.cli.parse_args(['policy', 'explain', '--backend', 'cpu'])"
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
