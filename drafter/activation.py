@@ -2,11 +2,9 @@
 
 mlx-lm's feed-forward layers compute `down_proj(swiglu(gate_proj(x), up_proj(x)))`,
 where `swiglu` (mlx_lm/models/activations.py) is `silu(gate) * x`. On the CPU MLX's
-sigmoid takes its exp one element at a time: on the Intel VM of
-docs/benchmark_results/cpu-polyexp-swiglu.md, SmolLM2-135M's 30 activations took
-130 ms of a 156-token prefill's 434 ms and 2.9 ms of a 64 ms one-row step;
-`polyexp.swiglu` (the same function with drafter/polyexp.py's vectorised exp) took
-39 ms and 1.2 ms.
+sigmoid takes its exp one element at a time (docs/benchmark_results/cpu-polyexp-swiglu.md);
+`polyexp.swiglu` (the same function with drafter/polyexp.py's vectorised exp) is the
+one that vectorises.
 
 Four modes (`ACTIVATION_MODES`): "mlx" leaves the layers as they are; "polyexp" gives
 every module whose class's `__call__` calls mlx-lm's `swiglu` a subclass whose
@@ -48,7 +46,7 @@ PREFIXES = {
     "compiled": "Compiled",
 }  # the hooked classes' names
 POLYEXP_MODES = ("polyexp", "prefill")  # the modes built on polyexp's exp: CPU only
-FEWEST_COMPILED_ROWS = 2  # 1 would compile classic steps too (scripts/h200/compiled_ffn.py)
+FEWEST_COMPILED_ROWS = 2  # 1 would compile classic steps too, which did not gain
 
 
 def calls_mlx_swiglu(cls: type) -> bool:
@@ -136,29 +134,12 @@ def activation_changes(model: nn.Module, mode: str) -> list[tuple[nn.Module, typ
 
 
 def choose_activation(speculative: bool) -> str:
-    """The activation where none is asked for: prefill on an AMD CPU under MKL (both
-    decode paths), polyexp for a speculative engine on an Intel CPU, compiled for one on
-    CUDA, where each was measured; mlx elsewhere (Intel's classic decode, Metal).
-
-    On the AMD VM (cpu-amd-prefill-polyexp.md), polyexp's SwiGLU in every forward cut
-    the 24 held-out prompts' prefills by 19% (median per prompt, 23 of 24 faster) but
-    left whole requests where they were (classic 0.98, width 4 1.00 of mlx's): its
-    decode rows gave back what the prefill gained. Prefill chunks alone keep the gain,
-    in classic decode too, and leave every decode row's bits as they were.
-
-    Served on the Intel VM, every arm up at once and visited in turn (n = 3, 64 tokens;
-    cpu-intel-heldout12-w4-activation-ab.md, cpu-intel-heldout24-w4-polyexp-default.md),
-    polyexp (with the kept heap that comes with it in a serving process) cut the time to
-    the first token by 13-15% in every arm. Width 4 requests then ran 2% and 11% faster
-    (per prompt medians; faster in 20 of 24 and 12 of 12 prompts). Classic decode's
-    one-row steps ran 2-6% slower, more than the prefill gave back over 64 tokens (whole
-    requests 0.96-0.99 of mlx's), which is what session 28 saw; so classic keeps mlx
-    (prefill, which would give it the faster prefill alone, is not measured there).
-
-    On an H100 (h100-compiled-ffn.md) compiled verify blocks were bit-equal to mlx's and
-    the width-8 round was cheaper in 8 of 9 round-by-round interleaved runs (median
-    0.37 ms, about 3%, on a slow host); one-row steps compiled did not gain (2 of 4), so
-    classic decode keeps mlx-lm's steps as they are."""
+    """The activation where none is asked for: `prefill` on an AMD CPU under MKL (both
+    decode paths: prefills gain, decode rows keep mlx-lm's bits and speed;
+    cpu-amd-prefill-polyexp.md), `polyexp` for a speculative engine on an Intel CPU
+    (cpu-intel-heldout24-w4-polyexp-default.md; its classic steps were slower, so classic
+    keeps mlx), `compiled` for a speculative engine on CUDA (verify blocks only;
+    h100-compiled-ffn.md); `mlx` elsewhere (Metal, Intel classic)."""
     from drafter.cpu_blas import INTEL, cpu_vendor, mkl_on_amd
     from drafter.device import on_cpu, on_cuda
 

@@ -39,8 +39,8 @@ gives them -inf, so they get exactly zero weight.
 
 Vector attention.
 
-A multi-row forward cost 1.6x a one-row forward on an H200 even where no
-graph was built (docs/benchmark_results/h200-vector-attention.md). cuDNN's
+A multi-row forward cost far more than a one-row forward on an H200 even where
+no graph was built (docs/benchmark_results/h200-vector-attention.md). cuDNN's
 attention is a captured child graph in MLX's CUDA graph, and MLX re-uses an
 executable graph only when it can update every node in place
 (mlx/backend/cuda/device.cpp, `subgraph_to_key`; otherwise it instantiates
@@ -52,9 +52,8 @@ query takes, the one-row classic step included, so:
 
 - the target's causal verify block runs in one launch of that kernel's code over
   all its rows, each row by the variant (one-pass, two-pass) its own key count
-  picks (drafter/vector_rows.py; 1.0 ms off a 6.5 ms width-8 round on an H100,
-  h100-vector-rows.md). Where MLX cannot launch custom kernels it is split into
-  chunks of at most 3 rows, each over its own exact-length keys
+  picks (drafter/vector_rows.py; h100-vector-rows.md). Where MLX cannot launch
+  custom kernels it is split into chunks of at most 3 rows, each over its own exact-length keys
   (`chunked_attention`). Either way row i sees exactly the keys it sees in one
   causal call and is computed as a one-row step computes it: a verify row's
   logits equal classic decode's bit for bit where the linear layers match too

@@ -2,14 +2,12 @@
 
 A tied head computes `x @ embedding.T` over the (V, H) embedding: 49,152 x 576 for
 the default target, the largest product of every forward. MLX's CPU backend hands
-that to `cblas_sgemm` with the second operand transposed. Debian's OpenBLAS 0.3.21
-multiplies a few rows by a contiguous (H, V) matrix in half to two thirds of the time
-(10.7 against 22.1 ms at one row, 19.3 against 30.2 at four), and greedy text was
-unchanged (docs/benchmark_results/cpu-draft-head-layout.md; the draft head's rows gave
-scores equal bit for bit). So the head keeps its own transposed copy, made on first
-use, and multiplies by that. The embedding lookup still reads the (V, H) rows. Under
-MKL on an AMD CPU the padded layout (drafter/padded.py) serves instead: it is faster
-there without the copy.
+that to `cblas_sgemm` with the second operand transposed. OpenBLAS multiplies a few
+rows by a contiguous (H, V) matrix in about half the time, with greedy text unchanged
+(docs/benchmark_results/cpu-draft-head-layout.md). So the head keeps its own
+transposed copy, made on first use, and multiplies by that. The embedding lookup
+still reads the (V, H) rows. Under MKL on an AMD CPU the padded layout
+(drafter/padded.py) serves instead: it is faster there without the copy.
 
 The cost is memory: one more copy of the embedding (113 MB in float32 for the
 default target). The swap is by class (drafter/linear.py): mlx-lm's model code

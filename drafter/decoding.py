@@ -81,14 +81,12 @@ def prefill_step() -> int:
     """Rows a prefill chunk: CPU_PREFILL_STEP on the CPU, PREFILL_STEP elsewhere.
 
     MLX's CPU attention computes each query's scores over every key of its forward (an
-    L x S square for a chunk of L rows after S - L cached ones) and an exp per score,
-    so shorter chunks make a long prefill cheaper: on the AMD VM a 1,000-token prefill
-    took 19% and 24% less at 256 rows than at 2,048 (two runs) and a 700-token one 23%
-    and 8% less, with no change under ~300 tokens
-    (docs/benchmark_results/cpu-amd-prefill-polyexp.md); 256
-    rows still keep MKL's products at full rate. Where prompt-cache hits restore whole
-    chunks (drafter/prompt_cache.py) it is also their grain. A GPU's fused attention
-    computes no more than the causal half either way and runs bigger chunks better."""
+    L x S square for a chunk of L rows after S - L cached ones) and an exp per score, so
+    shorter chunks make a long CPU prefill cheaper, while 256 rows still keep the
+    products at full rate (cpu-amd-prefill-polyexp.md). Where prompt-cache hits restore
+    whole chunks (drafter/prompt_cache.py) it is also their grain. A GPU's fused
+    attention computes no more than the causal half either way and runs bigger chunks
+    better."""
     return CPU_PREFILL_STEP if on_cpu() else PREFILL_STEP
 
 
@@ -156,9 +154,8 @@ class DraftScores:
 
     A greedy draft is the argmax of the scores looked up in `ids`; the full-vocabulary
     row (-inf off the draft vocabulary) is built only for sampling, which reads the draft
-    distribution q from `logits()`. Built every round, that row cost a CPU round 1.9 ms
-    of the default pair's 49,152-token vocabulary (the fill, the scatter and an argmax
-    three times as wide) against 0.08 ms for the argmax over 16,384 scores."""
+    distribution q from `logits()`: filling and scattering it every round costs more
+    than the argmax over the draft vocabulary."""
 
     scores: mx.array
     ids: mx.array | None = None

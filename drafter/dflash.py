@@ -462,8 +462,7 @@ class DFlashDrafter:
 
         The server calls it at the end of a prefill, so the prompt's context rows are
         projected there, with the prompt, and a request's first round drafts from the
-        same few new rows as every later one. Left to the first round, they made it a
-        median 1.33x (up to 2.17x) of a round's median on an H200
+        same few new rows as every later one, rather than a slow first round
         (docs/benchmark_results/cpu-first-round-ingest.md)."""
         self.model.ingest(features, cache)
 

@@ -65,7 +65,11 @@ class LoadOptions:
     warm_up: bool = True
     prompt_cache_bytes: int | None = None  # None: a share of the machine's memory; 0: off
     prompt_cache_hits: str = "exact"  # exact | any (drafter/prompt_cache.py)
-    activation: str | None = None  # ACTIVATION_MODES (drafter/activation.py); None: its choice
+    # Kernel modes (drafter/forward.py: Kernels); None: the device's choice. Only the
+    # lab entry (server/tooling/lab.py) sets them.
+    attention: str | None = None
+    linear: str | None = None
+    activation: str | None = None
     freeze_heap: bool = False  # a serving process: see freeze_heap()
 
 
@@ -210,6 +214,8 @@ def load_engine(options: LoadOptions) -> Loaded:
         context_length=context_length(target_path),
         drafter=drafter if speculative else None,
         block_size=resolution.width if speculative else None,
+        attention=options.attention,
+        linear=options.linear,
         activation=gpu_ignores_polyexp(options.activation, device.backend),
     )
     if not speculative:
@@ -245,10 +251,9 @@ def freeze_heap() -> None:
 
     What a serving process has loaded (the models, the tokenizer, the web stack) lives
     as long as the process. Left in the collector, each full (generation-2) collection
-    walks all of it: 30-45 ms on this project's CPU, about three 13 ms CUDA rounds. Such
-    passes are rare once loaded (none ran during 1,956 profiled H200 rounds or 40 served
-    CPU requests, h200-round-steadiness-heap.md), but a long-running server that keeps
-    objects reaches one some time; frozen, it walks only what requests allocated.
+    walks all of it, longer than a round. Such passes are rare once loaded
+    (h200-round-steadiness-heap.md), but a long-running server that keeps objects
+    reaches one some time; frozen, it walks only what requests allocated.
     Objects freed by reference counting are still freed; only cycles among the frozen
     ones stay, which is why this is for processes that load once (not test suites)."""
     gc.collect()

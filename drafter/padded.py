@@ -2,25 +2,21 @@
 
 A classic decode step runs every linear layer, and the tied LM head, over one row.
 Intel MKL (strict mode, as draftwise runs it: server/blas.py) takes a slower path for
-a one-row product than for a two-row one on the AMD EPYC we measured: SmolLM2-135M's
-feed-forward layers cost 23.0 ms at one row and 13.3 ms at two, and with each product
-carrying a second row of zeros a lone one-row forward fell from 52 to 36 ms and the
-round loop's classic step from 42.9 to 38.5 ms (docs/benchmark_results/cpu-amd-padded-step.md).
+a one-row product than for a two-row one on an AMD EPYC, so each product carries a
+second row of zeros there (docs/benchmark_results/cpu-amd-padded-step.md).
 A row's product does not depend on the other rows beside it, so the padded row is
 computed and dropped.
 
 The padding changes which kernel rounds a classic row, not what it computes: under
-this BLAS a verify row already differs from a classic one in the last bits, by at
-most 7.4e-5 in float32 logits with the column head and 7.8e-5 padded (16 of 16 cases
-either way, no argmax flip), and the startup exactness probe compares the two paths as
-served.
+this BLAS a verify row already differs from a classic one in the last bits, and the
+startup exactness probe compares the two paths as served.
 
 The swap is by class (drafter/linear.py): mlx-lm's model code and the weights
 are untouched. Layers with a bias keep their class. The tied head multiplies by the
 embedding as it is laid out (no contiguous copy, drafter/columns.py): padded, that is
-the faster of the two under MKL here (3.4 against 5.3 ms at one row), and it saves
-the copy's 113 MB. An Intel CPU under MKL is not measured padded, so it keeps the
-column head (drafter/linear.py: choose_linear).
+the faster of the two under MKL there, and it saves the copy's memory. An Intel CPU
+under MKL is not measured padded, so it keeps the column head (drafter/linear.py:
+choose_linear).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Attention on the CPU with an exp built from vector arithmetic.
 
-MLX's CPU `exp` runs one element at a time (about 85 M elements/s on this
-project's 2-core AMD host), and its attention fallback (`mx.fast.
+MLX's CPU `exp` runs one element at a time, and its attention fallback (`mx.fast.
 scaled_dot_product_attention` off the GPU: two matmuls around a softmax) spends
-most of its time there: 30 layers' softmax over 9 heads x 4 rows x 600 keys
-(a width-4 verify) take about 8 ms of a 60 ms forward, and a 256-token prefill's
-attention about 260 ms of 950.
+most of its time there, in verify blocks and prefills alike
+(docs/benchmark_results/cpu-amd-polyexp.md).
 
 `exp` here is Cephes' single-precision expf written in MLX ops, which MLX's
 compiler fuses into one loop the C++ compiler vectorises:

@@ -7,9 +7,9 @@ step runs them over one. On MLX's CUDA backend those are different kernels:
 - more rows go to cuBLASLt, and `gemm_and_bias` builds a fresh matmul
   descriptor and asks cuBLASLt for a heuristic on every call
   (mlx/backend/cuda/matmul.cpp; cublas_utils.cpp, `execute_matmul`).
-  That is host time per call, and a forward of SmolLM2-135M makes 211 of them
-  (7 per layer and the head): the bf16 forward rose from 3.7 ms at one row to
-  6.5 ms at two on an H200 (../docs/benchmark_results/h200-verify-cost-sm90.md).
+  That is host time per call, and a forward makes one per product (7 per layer
+  and the head), so two rows cost far more than one
+  (docs/benchmark_results/h200-verify-cost-sm90.md).
 
 The fix is to present B rows as B batched one-row products. MLX's batched
 gemv (`gemv_batched`) runs each batch item through the same `gemv_impl` as a

@@ -9,9 +9,8 @@ Both paths turn one row of target logits into a token the same way:
               -> a seeded categorical draw               (temperature > 0)
 
 Greedy decode takes the argmax of the scores themselves: the log-softmax only
-shifts a row, and over a 49k vocabulary it costs several times the argmax (on a
-CPU about 0.9 ms a row against 0.16), so it is computed only when a request
-reports logprobs or samples.
+shifts a row, and over a large vocabulary it costs several times the argmax, so it
+is computed only when a request reports logprobs or samples.
 
 Keeping this in one place is what lets greedy speculation equal classic
 decode token for token, and speculative sampling reproduce the target's

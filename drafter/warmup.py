@@ -1,35 +1,24 @@
 """Warm up at startup what the first requests would otherwise pay for.
 
-MLX compiles each kernel shape on first use (a first speculative round of 9.4 s
-was measured on an H200), and with stable attention (drafter/attention.py)
-cuDNN builds one graph per (rows, cache buffer length) on CUDA. A short request
-of each decode path compiles the kernels; then one short request per buffer
-length up to WARM_KEYS builds the verify and drafter graphs that requests of
-up to that many tokens will meet (stable attention), and has MLX's allocator
-hand out a buffer of each cache size once (the whole-step sizes requests reserve
-at their prefill, drafter/attention.py: reserve).
+MLX compiles each kernel shape on first use, and with stable attention
+(drafter/attention.py) cuDNN builds one graph per (rows, cache buffer length) on CUDA.
+Short requests through the served decoder (alone, classic and speculative, and a
+batched pair) compile the kernels; then one short request per buffer length up to
+WARM_KEYS builds the verify and drafter graphs that requests of up to that many tokens
+meet, and has MLX's allocator hand out a buffer of each cache size once (the
+whole-step sizes requests reserve at their prefill, drafter/attention.py: reserve).
 
-With vector attention, the CUDA default, one round per process stayed slow: the
-one whose verify block first crosses the vector kernel's two-pass threshold
-(VECTOR_TWO_PASS_KEYS). In all nine H200 profile processes of h200-kv-steadiness.md,
-warmed up or not, that round took 1.98-2.61x the median (17-36 ms), ending at 1,023
-cached rows. Requests whose first round crossed there (session 18) did not help: the
-same round was still 1.72x and 2.11x the median in two warmed processes
-(h200-warm-crossing.md). Our reading: MLX on CUDA replays a round as CUDA graphs of
-100 kernels each, cached by their sequence of kernel kinds
-(mlx/backend/cuda/device.cpp: graph_cache_), and instantiates a graph it has not
-seen, about a millisecond or more each. A round that straddles the threshold mixes
-one-pass and two-pass attention, a new sequence. The first round of a request is
-not like the rest either: the drafter then takes in no new context rows (the prompt's
-went in at the prefill, DFlashDrafter.ingest), where a later round takes in the rows
-the last one kept, so its kernels differ and every graph boundary after them falls
-elsewhere. So the warm-up now runs requests until a round that is not its request's
-first has started at every cache length whose blocks straddle the threshold
-(`crossing_rows`).
+With vector attention (the CUDA default) a round whose verify block straddles the
+vector kernel's two-pass threshold (VECTOR_TWO_PASS_KEYS) mixes one-pass and two-pass
+attention: a kernel sequence MLX has not recorded as a CUDA graph yet, slow the first
+time it runs in a process, and different for a request's first round (which takes in
+no new context rows) than for later ones. So the warm-up runs requests until a round
+that is not its request's first has started at every cache length whose block
+straddles the threshold (`crossing_rows`; h200-kv-steadiness.md, h200-warm-crossing.md).
 
-The warm-up leaves the prompt cache as it found it: its requests are not a
-client's, and a cached warm-up prefix would change how a later prompt is
-prefilled. The whole is bounded by a time budget.
+The warm-up leaves the prompt cache as it found it: its requests are not a client's,
+and a cached warm-up prefix would change how a later prompt is prefilled. The whole is
+bounded by a time budget.
 """
 
 from __future__ import annotations

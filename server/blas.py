@@ -12,13 +12,11 @@ process starts, hence the re-exec, before MLX is imported.
 
 MKL runs with its strict conditional numerical reproducibility
 (`MKL_CBWR=AUTO,STRICT`). On an Intel Xeon a row's product then has the same bits
-whatever the number of rows, so a verify row equals the classic step's; it also made
-the one-row forward faster than OpenBLAS and a 3- or 4-row verify cost 1.07-1.16x a
-step instead of 1.20-1.29x (docs/benchmark_results/cpu-blas-mkl.md). On an AMD EPYC
-strict mode does not give that: rows differ in the last bits (max 7.8e-5 in float32
-logits, as OpenBLAS's do there, 6.3e-5), so the startup exactness probe decides, and it
-read `exact` (no divergence); MKL was still the faster BLAS there, classic and
-speculative (docs/benchmark_results/cpu-blas-amd.md). An operator's own `MKL_CBWR` wins.
+whatever the number of rows, so a verify row equals the classic step's, and few-row
+products cost little more than one (docs/benchmark_results/cpu-blas-mkl.md). On an AMD
+EPYC strict mode does not give that (rows differ in the last bits, as OpenBLAS's do
+there), so the startup exactness probe decides; MKL is still the faster BLAS there
+(docs/benchmark_results/cpu-blas-amd.md). An operator's own `MKL_CBWR` wins.
 
 Setting: DRAFTWISE_BLAS=auto (default: MKL when installed, else OpenBLAS when
 installed, else the bundled BLAS), mkl, openblas, or bundled

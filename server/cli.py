@@ -94,7 +94,12 @@ def with_chosen_blas(environ: Mapping[str, str]) -> str | None:
         return None
 
 
-def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+def run_serve(
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    kernels: Mapping[str, str] | None = None,
+) -> int:
+    """`draftwise serve`; kernels: modes chosen by hand (server/tooling/lab.py only)."""
     flags = {
         field: getattr(args, field)
         for field in SERVE_FLAGS
@@ -121,7 +126,9 @@ def run_serve(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return EXIT_BAD_VALUE
     from server.serve import serve  # MLX and uvicorn load only when serving
 
-    failure = serve(settings, args.draft_block_size, dict(environ), flags, calibration, blas_note)
+    failure = serve(
+        settings, args.draft_block_size, dict(environ), flags, calibration, blas_note, kernels
+    )
     if failure is None:
         exit_now(0)
     print(failure_line(failure, flags, environ), file=sys.stderr)

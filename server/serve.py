@@ -29,6 +29,7 @@ def load_options(
     draft_block_size: str | None,
     environ: Mapping[str, str],
     calibration: tuple[TableEntry, ...] = (),
+    kernels: Mapping[str, str] | None = None,
 ) -> LoadOptions:
     return LoadOptions(
         cache_dir=settings.cache_dir,
@@ -42,8 +43,10 @@ def load_options(
         dtype=settings.dtype,
         prompt_cache_bytes=settings.prompt_cache_bytes,
         prompt_cache_hits=settings.prompt_cache_hits,
-        activation=None if settings.activation == "auto" else settings.activation,
         freeze_heap=True,
+        attention=(kernels or {}).get("attention"),
+        linear=(kernels or {}).get("linear"),
+        activation=(kernels or {}).get("activation"),
     )
 
 
@@ -61,8 +64,10 @@ def serve(
     flags: Mapping[str, Any],
     calibration: tuple[TableEntry, ...] = (),
     blas_note: str = "",
+    kernels: Mapping[str, str] | None = None,
 ) -> BaseException | None:
-    """Run until shutdown; returns the load failure that stopped the server, if any."""
+    """Run until shutdown; returns the load failure that stopped the server, if any.
+    kernels: kernel modes chosen by hand (server/tooling/lab.py only)."""
     configure_logging(settings.log_level)
     log.info("server.starting", blas_setup=blas_note, **startup_fields(settings, flags))
     for name in unknown_env_vars(environ):
@@ -85,7 +90,9 @@ def serve(
         state.blas = blas_in_use()
         report_loaded(loaded, metrics, settings, state.blas)
 
-    options = load_options(settings, draft_block_size, environ, calibration)
+    options = load_options(settings, draft_block_size, environ, calibration, kernels)
+    if kernels:
+        log.warning("server.lab_kernels", **kernels)
     worker = ModelWorker(
         lambda: load_engine(options),
         settings.max_queue_depth,

@@ -205,21 +205,7 @@ class ServeSettings(BaseSettings):
         "rounding",
     )
 
-    activation: Literal["auto", "mlx", "polyexp", "prefill", "compiled"] = setting(
-        "auto",
-        scope="worker",
-        help="the target's feed-forward SwiGLU: mlx (mlx-lm's), polyexp (CPU only, a GPU "
-        "ignores it: with a vectorised exp, cheaper prefills; freed memory is kept for "
-        "reuse), prefill (polyexp for prefill chunks only, mlx-lm's for decode rows; CPU "
-        "only), compiled (mlx-lm's, its multi-row calls through mx.compile: less host "
-        "work a verify), or auto (prefill on an AMD CPU under MKL, polyexp when "
-        "speculating on an Intel CPU, compiled when speculating on CUDA, else mlx: "
-        "drafter/activation.py says why)",
-    )
-
-    @field_validator(
-        "log_level", "exactness", "dtype", "prompt_cache_hits", "activation", mode="before"
-    )
+    @field_validator("log_level", "exactness", "dtype", "prompt_cache_hits", mode="before")
     @classmethod
     def _lowercase(cls, value: Any) -> Any:
         return value.lower() if isinstance(value, str) else value

@@ -83,7 +83,8 @@ SERVER_INTERLEAVED_MODE = (
     "server, interleaved (one draftwise serve process per arm, all up at once; "
     "each pass visits every arm in sweep order)"
 )
-SERVE_ENTRY = "import sys; from server.cli import main; sys.exit(main())"
+# `draftwise serve` through the lab entry, so an arm's server args may pin kernel modes.
+SERVE_ENTRY = "import sys; from server.tooling.lab import main; sys.exit(main())"
 HOST_PROBE = """
 import json, os, sys
 from drafter.cpu_blas import blas_in_use

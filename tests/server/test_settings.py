@@ -26,6 +26,7 @@ from server.settings import (
     unknown_env_vars,
 )
 from server.tooling.calibrate import default_calibration_path, write_calibration
+from server.tooling.lab import split_args
 
 
 @pytest.fixture(autouse=True)
@@ -84,20 +85,16 @@ def test_a_bad_flag_is_named_as_the_flag() -> None:
     assert "--max-queue-depth='0'" in line
 
 
-def test_the_activation_is_auto_or_any_engine_mode_and_a_bad_one_is_named(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    assert ServeSettings().activation == "auto"
-    monkeypatch.setenv("DRAFTWISE_ACTIVATION", "PolyExp")
-    assert ServeSettings().activation == "polyexp"
+def test_kernel_modes_are_no_serve_flags_but_the_lab_entry_takes_them() -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--activation", "mlx"])
     for mode in ACTIVATION_MODES:
-        monkeypatch.setenv("DRAFTWISE_ACTIVATION", mode)
-        assert ServeSettings().activation == mode
-    monkeypatch.setenv("DRAFTWISE_ACTIVATION", "gelu")
-    with pytest.raises(ValidationError) as raised:
-        ServeSettings()
-    line = settings_error_line(raised.value, {}, {"DRAFTWISE_ACTIVATION": "gelu"})
-    assert line.startswith("error: invalid setting DRAFTWISE_ACTIVATION='gelu'")
+        kernels, rest = split_args(["serve", "--activation", mode, "--port", "1"])
+        assert kernels == {"activation": mode} and rest == ["serve", "--port", "1"]
+    kernels, _ = split_args(["serve", "--attention", "exact", "--linear", "matrix"])
+    assert kernels == {"attention": "exact", "linear": "matrix"}
+    with pytest.raises(SystemExit):
+        split_args(["serve", "--activation", "gelu"])
 
 
 def test_the_source_of_a_setting_is_the_flag_first_then_the_first_variable_set() -> None:
