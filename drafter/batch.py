@@ -152,8 +152,9 @@ class SharedArrays(ArraysCache):
 
 def pipelinable(session: Session) -> bool:
     """Classic rounds alone can be pipelined when no token's choice waits on the one
-    before it being counted (penalties) and no drafter needs the target's features."""
-    return session.drafter is None and session.counts is None
+    before it being counted (penalties) or matched (a grammar) and no drafter needs
+    the target's features."""
+    return session.drafter is None and session.counts is None and session.constraint is None
 
 
 def queue_classic(session: Session, token: mx.array) -> Queued:
@@ -357,7 +358,7 @@ class BatchDecoder:
         if sequence.emitted + 1 < sequence.max_tokens:
             sequence.queued = queue_classic(session, current.choice)
         token = current.choice.item()
-        session.count([token])
+        session.emitted([token])
         sequence.emit([token], current.rows)
 
     def solo_round(self, sequence: Sequence, width: int) -> None:

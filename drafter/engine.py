@@ -28,6 +28,7 @@ from drafter.decoding import (
 )
 from drafter.diagnostics import ACTIVATION_MODES, ATTENTION_MODES, LINEAR_MODES
 from drafter.forward import Forward, Kernels
+from drafter.grammar import Constraint, Grammars
 from drafter.linear import choose_linear
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import (
@@ -70,6 +71,7 @@ class Engine:
         if drafter is not None:
             drafter.set_linear(kernels.linear)
         self.prompt_cache: PromptCache | None = None  # set by the loader once probed
+        self._grammars: Grammars | None = None
         # Size each request's KV buffers at its prefill (drafter/attention.py: reserve);
         # off: mlx-lm's growth by 256 rows mid-request (`draftwise profile --kv grown`).
         self.reserve_kv = True
@@ -155,6 +157,17 @@ class Engine:
         scored: list[Token | None] = [None]
         scored += make_tokens(prompt[1:], rows[:-1], SamplingParams(logprobs=top_n))
         return scored
+
+    def grammars(self) -> Grammars:
+        """The target's tokenizer for grammars (made on first use: about a second) and
+        every grammar compiled so far."""
+        if self._grammars is None:
+            hf = getattr(self.tokenizer, "_tokenizer", self.tokenizer)
+            self._grammars = Grammars(hf, self.vocab_size, sorted(self.eos_ids))
+        return self._grammars
+
+    def constraint(self, grammar: str) -> Constraint:
+        return self.grammars().constraint(grammar)
 
     @property
     def vocab_size(self) -> int:

@@ -3,6 +3,7 @@
 Both paths turn one row of target logits into a token the same way:
 
     logits -> logit_bias, presence/frequency penalties   (token_scores)
+           -> the grammar's mask, if any                 (drafter/grammar.py: masked)
            -> argmax                                     (temperature 0)
            -> log-softmax                                (token_logprobs: the reported logprobs)
               -> temperature, top_p                      (sampling_logprobs)
@@ -35,6 +36,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logit_bias: Mapping[int, float] = field(default_factory=dict)
     logprobs: int | None = None  # number of alternatives per token; None = no logprobs
+    grammar: str | None = None  # llguidance grammar text the output must match (drafter/grammar.py)
 
     @property
     def greedy(self) -> bool:

@@ -48,6 +48,7 @@ from drafter.decoding import (
     make_tokens,
     prefill_steps,
 )
+from drafter.grammar import masked
 from drafter.sampling import (
     SamplingParams,
     TokenChooser,
@@ -162,6 +163,7 @@ class Session:
         self.context: mx.array | None = None  # features not yet in the drafter's context
         self.chooser = TokenChooser(params)
         self.counts = mx.zeros((self.vocab,), mx.float32) if has_penalties(params) else None
+        self.constraint = None if params.grammar is None else engine.constraint(params.grammar)
         self.last_accepted = 0  # drafts the last round kept (the batch's goodput reads it)
         missing = self.width - 1 - len(stats.accepted_per_position)
         stats.accepted_per_position.extend([0] * max(missing, 0))
@@ -186,6 +188,8 @@ class Session:
         if self.engine.reserve_kv:  # after `remember`, which copies the cache as it is
             reserve(self.cache + self.draft_cache, len(prompt), max_tokens + self.width)
         scores = token_scores(logits, self.counts, self.params)
+        if self.constraint is not None:
+            scores = masked(scores, self.constraint.masks([])[0])
         anchor = self.chooser.choose(scores).item()
         if self.drafter is not None and everything is not None:
             # The prompt's context rows are projected here, with the prompt, not in
@@ -196,7 +200,7 @@ class Session:
             self.drafter.ingest(everything, self.draft_cache)
             mx.async_eval([c.state for c in self.draft_cache])
             self.context = everything[:, :0]  # nothing new for the first round
-        self.count([anchor])
+        self.emitted([anchor])
         return make_tokens([anchor], log_softmax(scores)[None], self.params)
 
     def round(
@@ -247,6 +251,8 @@ class Session:
         """Choose for every verify row at once (lazy). logits: (B, V) for this request."""
         current.verified = verified
         scores = self.row_scores(logits, current.drafts)  # row i as classic decode
+        if self.constraint is not None:  # row i: the grammar after drafts 1..i (a host sync)
+            scores = masked(scores, self.constraint.masks(current.drafts.tolist()))
         current.rows = log_softmax(scores)
         current.report = reported(current.rows, self.params)
         if self.params.greedy:
@@ -280,7 +286,7 @@ class Session:
         if current.ckpt is not None:
             rollback.rollback(self.cache, current.ckpt, kept, current.width)
             self.mark("rollback", [c.state for c in self.cache])
-        self.count(tokens)
+        self.emitted(tokens)
         if current.verified is not None:
             features = current.verified[:, :kept]
             earlier = self.context  # None, or what width-1 rounds left (empty after ingest)
@@ -311,9 +317,12 @@ class Session:
         )
         return token_scores(logits, self.counts + seen, self.params)
 
-    def count(self, tokens: list[int]) -> None:
+    def emitted(self, tokens: list[int]) -> None:
+        """The tokens this request emitted: penalty counts and the grammar follow them."""
         if self.counts is not None:
             self.counts = self.counts + one_hots(mx.array(tokens), self.vocab).sum(axis=0)
+        if self.constraint is not None:
+            self.constraint.advance(tokens)
 
     def truncate(self, tokens: list[int], budget: int) -> list[int]:
         """Cut at the token budget and right after the first EOS, as classic decode stops."""

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from drafter.grammar import lark_grammar
 from server.errors import invalid
 from server.schemas import ChatCompletionRequest, ChatMessage
 
@@ -64,16 +65,10 @@ def arguments(function: Any) -> Any:
 
 
 def template_tools(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:
-    """The tools the template is shown: none for tool_choice "none", only the named one
+    """The tools the model is shown: none for tool_choice "none", only the named one
     for a named choice."""
     if not body.tools or body.tool_choice == "none":
         return None
-    if body.tool_choice == "required":
-        raise invalid(
-            'tool_choice "required" is not supported (use "auto" or a named function)',
-            "tool_choice",
-            "unsupported_parameter",
-        )
     tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
     choice = body.tool_choice
     if choice is not None and not isinstance(choice, str):
@@ -86,8 +81,17 @@ def template_tools(body: ChatCompletionRequest) -> list[dict[str, Any]] | None:
     return tools
 
 
-def render(body: ChatCompletionRequest, tokenizer: Any) -> tuple[list[int], bool]:
-    """(prompt token ids, whether tool calls are parsed from the answer)."""
+@dataclass(frozen=True)
+class Rendered:
+    prompt: list[int]  # token ids
+    parse_tools: bool  # tool calls are cut out of the answer
+    grammar: str | None  # a forced tool call's grammar (tool_choice required or named)
+
+
+def render(body: ChatCompletionRequest, tokenizer: Any) -> Rendered:
+    """The prompt, through the model's template. Tools go to the template; a template
+    that renders none of them gets them described in a system turn instead (the
+    generic format, `generic_tools`). A forced tool call comes with its grammar."""
     if not getattr(tokenizer, "chat_template", None):
         raise invalid(
             "This model has no chat template; use /v1/completions with a prompt",
@@ -100,12 +104,55 @@ def render(body: ChatCompletionRequest, tokenizer: Any) -> tuple[list[int], bool
     text = apply_template(tokenizer, messages, None, kwargs)
     if tools is not None:
         with_tools = apply_template(tokenizer, messages, tools, kwargs)
-        if with_tools == text:
-            raise invalid(
-                "This model's chat template does not render tools", "tools", "tools_unsupported"
-            )
+        if with_tools == text:  # the template renders no tools
+            with_tools = apply_template(tokenizer, generic_tools(messages, tools), None, kwargs)
         text = with_tools
-    return tokenizer.encode(text, add_special_tokens=False), tools is not None
+    forced = tools is not None and body.tool_choice not in (None, "auto")
+    grammar = tool_call_grammar(tools) if forced and tools else None
+    prompt = tokenizer.encode(text, add_special_tokens=False)
+    return Rendered(prompt, tools is not None, grammar)
+
+
+GENERIC_TOOLS = (
+    "You can call the tools below. To call one, answer with only\n"
+    f"{TOOL_OPEN}\n"
+    '{{"name": "<the tool\'s name>", "arguments": {{<its arguments as JSON>}}}}\n'
+    f"{TOOL_CLOSE}\n"
+    "Tools:\n{tools}"
+)
+
+
+def generic_tools(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The messages with the tools described in the system turn (one is added first
+    when there is none), for templates that render no tools."""
+    specs = "\n".join(json.dumps(tool["function"], ensure_ascii=False) for tool in tools)
+    description = GENERIC_TOOLS.format(tools=specs)
+    if messages and messages[0]["role"] == "system":
+        first = {**messages[0], "content": f"{messages[0]['content']}\n\n{description}"}
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": description}, *messages]
+
+
+def tool_call_grammar(tools: list[dict[str, Any]]) -> str:
+    """A grammar for exactly one call of one of `tools`, in the Hermes format the
+    answer is parsed in: its name and arguments valid against its parameters."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": tool["function"]["name"]},
+                "arguments": tool["function"].get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for tool in tools
+    ]
+    schema = {"x-guidance": {"whitespace_flexible": False}, "anyOf": calls}
+    open_tag, close_tag = json.dumps(TOOL_OPEN + "\n"), json.dumps("\n" + TOOL_CLOSE)
+    return lark_grammar(f"start: {open_tag} call {close_tag}\ncall: %json {json.dumps(schema)}")
 
 
 def apply_template(

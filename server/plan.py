@@ -6,9 +6,11 @@ be checked before the request waits in the queue.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from drafter.grammar import GrammarError, Grammars, json_schema_grammar
 from drafter.sampling import SamplingParams
 from server.errors import invalid
 from server.events import ChoicePlan, CompletionPlan
@@ -26,10 +28,24 @@ class ModelFacts:
     tokenizer: Any
     vocab_size: int
     context_length: int
+    grammars: Callable[[], Grammars] | None = None  # the engine's; None: no structured output
 
 
-def build_plan(body: CompletionRequest, model: ModelFacts, live: LiveSettings) -> CompletionPlan:
+def build_plan(
+    body: CompletionRequest,
+    model: ModelFacts,
+    live: LiveSettings,
+    grammar: str | None = None,
+    grammar_param: str = "response_format",
+) -> CompletionPlan:
+    """grammar: what the output must match (a chat's forced tool call), else what
+    `response_format` asks for; checked here, so one that does not compile is a 400
+    naming `grammar_param` and never reaches the worker."""
     check_unsupported(body)
+    if grammar is None:
+        grammar, grammar_param = format_grammar(body), "response_format"
+    if grammar is not None:
+        check_grammar(grammar, model, grammar_param)
     n = body.n or 1
     prompts = tokenize_prompts(body.prompt, model)
     if len(prompts) * n > MAX_CHOICES:
@@ -52,6 +68,7 @@ def build_plan(body: CompletionRequest, model: ModelFacts, live: LiveSettings) -
                 frequency_penalty=body.frequency_penalty or 0.0,
                 logit_bias=logit_bias,
                 logprobs=body.logprobs,
+                grammar=grammar,
             )
             choices.append(ChoicePlan(index=p * n + j, prompt=p, params=params))
     return CompletionPlan(
@@ -132,3 +149,35 @@ def parse_logit_bias(bias: dict[str, float] | None, vocab_size: int) -> dict[int
             raise invalid(message, "logit_bias")
         parsed[token] = value
     return parsed
+
+
+def format_grammar(body: CompletionRequest) -> str | None:
+    """The grammar `response_format` asks for: None for text."""
+    response_format = body.response_format
+    if response_format is None or response_format.type == "text":
+        return None
+    if response_format.type == "json_object":
+        schema: dict[str, Any] = {"type": "object"}
+    elif response_format.type == "json_schema":
+        spec = response_format.json_schema
+        if spec is None or spec.schema_ is None:
+            raise invalid("json_schema needs a schema object", "response_format.json_schema")
+        schema = spec.schema_
+    else:
+        message = f"response_format type {response_format.type!r} is not one of text, "
+        raise invalid(message + "json_object, json_schema", "response_format.type")
+    try:
+        return json_schema_grammar(schema)
+    except GrammarError as error:
+        raise invalid(f"the schema does not compile: {error}", "response_format") from None
+
+
+def check_grammar(grammar: str, model: ModelFacts, param: str) -> None:
+    if model.grammars is None:
+        raise invalid(
+            "structured output is not served for this model", param, "unsupported_parameter"
+        )
+    try:
+        model.grammars().compile(grammar)
+    except GrammarError as error:
+        raise invalid(f"the schema does not compile: {error}", param) from None

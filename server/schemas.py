@@ -24,6 +24,21 @@ class StreamOptions(Body):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(Body):
+    model_config = ConfigDict(extra="allow")  # strict, from Body
+
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(Body):
+    """`text`, `json_object` or `json_schema` (with `json_schema.schema`)."""
+
+    type: str
+    json_schema: JsonSchemaFormat | None = None
+
+
 class GenerationFields(Body):
     """What both generating endpoints take. Unknown fields are ignored, as many clients
     send extras."""
@@ -42,6 +57,7 @@ class GenerationFields(Body):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     ignore_eos: bool | None = False  # vLLM / llama.cpp extension: run to max_tokens
+    response_format: ResponseFormat | None = None
 
 
 class CompletionRequest(GenerationFields):
@@ -102,12 +118,6 @@ class NamedToolChoice(Body):
     function: NamedFunction
 
 
-class ResponseFormat(Body):
-    model_config = ConfigDict(extra="allow")  # strict, from Body
-
-    type: str
-
-
 class ChatCompletionRequest(GenerationFields):
     """POST /v1/chat/completions."""
 
@@ -115,7 +125,6 @@ class ChatCompletionRequest(GenerationFields):
     max_completion_tokens: int | None = Field(None, ge=0)
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[str, Any] | None = None

@@ -85,7 +85,11 @@ def serve(
     def on_loaded(loaded: Loaded) -> None:
         engine = loaded.engine
         state.facts = ModelFacts(
-            engine.model_id, engine.tokenizer, engine.vocab_size, engine.context_length
+            engine.model_id,
+            engine.tokenizer,
+            engine.vocab_size,
+            engine.context_length,
+            engine.grammars,
         )
         state.blas = blas_in_use()
         report_loaded(loaded, metrics, settings, state.blas)

@@ -44,22 +44,19 @@ PARAM_NAMES = {"prompt": "messages", "logprobs": "top_logprobs"}
 def chat_plan(
     body: ChatCompletionRequest, facts: ModelFacts, live: LiveSettings
 ) -> tuple[CompletionPlan, bool]:
-    if body.response_format is not None and body.response_format.type != "text":
-        raise invalid(
-            f"response_format type {body.response_format.type!r} is not supported "
-            '(only {"type": "text"})',
-            "response_format",
-            "unsupported_parameter",
-        )
     if body.top_logprobs is not None and not body.logprobs:
         raise invalid("top_logprobs requires logprobs to be true", "top_logprobs")
     if body.stream_options is not None and not body.stream:
         raise invalid("stream_options is only allowed when stream is true", "stream_options")
-    prompt, parse_tools = render(body, facts.tokenizer)
+    rendered = render(body, facts.tokenizer)
+    forced, response_format = rendered.grammar is not None, body.response_format
+    if forced and response_format is not None and response_format.type != "text":
+        message = "a forced tool call (tool_choice) cannot also follow response_format"
+        raise invalid(message, "response_format")
     max_tokens = body.max_completion_tokens
     request = CompletionRequest(
         model=body.model,
-        prompt=prompt,
+        prompt=rendered.prompt,
         max_tokens=body.max_tokens if max_tokens is None else max_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
@@ -71,9 +68,11 @@ def chat_plan(
         frequency_penalty=body.frequency_penalty,
         logit_bias=body.logit_bias,
         ignore_eos=body.ignore_eos,
+        response_format=body.response_format,
     )
     try:
-        return build_plan(request, facts, live), parse_tools
+        plan = build_plan(request, facts, live, rendered.grammar, "tool_choice")
+        return plan, rendered.parse_tools
     except APIError as error:
         error.param = PARAM_NAMES.get(error.param or "", error.param)
         raise

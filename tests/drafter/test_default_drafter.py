@@ -101,7 +101,7 @@ def test_the_chat_question_about_france_is_answered_paris_speculatively_as_class
 ) -> None:
     model, tokenizer = target
     question = ChatMessage(role="user", content="What is the capital of France?")
-    prompt, _ = render(ChatCompletionRequest(messages=[question]), tokenizer)
+    prompt = render(ChatCompletionRequest(messages=[question]), tokenizer).prompt
     engine = Engine(
         model, tokenizer, model_id="smollm2", context_length=8192,
         drafter=load_drafter(DRAFTER_DIR, model), block_size=4,

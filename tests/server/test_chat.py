@@ -124,7 +124,8 @@ def test_render_uses_the_template_with_the_generation_prompt(
     tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
 ) -> None:
     tokenizer = tokenizers[0]
-    ids, parse_tools = render(request(), tokenizer)
+    rendered = render(request(), tokenizer)
+    ids, parse_tools = rendered.prompt, rendered.parse_tools
     assert tokenizer.decode(ids) == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert parse_tools is False
 
@@ -141,7 +142,8 @@ def test_text_parts_are_joined_and_tools_reach_the_template(
         ],
         tools=TOOLS,
     )
-    ids, parse_tools = render(body, tokenizers[0])
+    rendered = render(body, tokenizers[0])
+    ids, parse_tools = rendered.prompt, rendered.parse_tools
     text = tokenizers[0].decode(ids)
     assert "get_weather" in text and "user\nab<|im_end|>" in text
     assert parse_tools is True
@@ -150,7 +152,8 @@ def test_text_parts_are_joined_and_tools_reach_the_template(
 def test_tool_choice_none_hides_the_tools(
     tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
 ) -> None:
-    ids, parse_tools = render(request(tools=TOOLS, tool_choice="none"), tokenizers[0])
+    rendered = render(request(tools=TOOLS, tool_choice="none"), tokenizers[0])
+    ids, parse_tools = rendered.prompt, rendered.parse_tools
     assert "get_weather" not in tokenizers[0].decode(ids) and parse_tools is False
 
 
@@ -170,7 +173,7 @@ def test_a_multi_turn_tool_exchange_renders_calls_and_responses(
         ],
         tools=TOOLS,
     )
-    text = tokenizers[0].decode(render(body, tokenizers[0])[0])
+    text = tokenizers[0].decode(render(body, tokenizers[0]).prompt)
     assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in text
     assert "<tool_response>\nsunny\n</tool_response>" in text
 
@@ -184,10 +187,9 @@ def test_a_multi_turn_tool_exchange_renders_calls_and_responses(
             "tool_choice",
             0,
         ),
-        ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice", 0),
         ({}, "messages", 1),
     ],
-    ids=["image-part", "unknown-named-tool", "required", "no-template"],
+    ids=["image-part", "unknown-named-tool", "no-template"],
 )
 def test_what_cannot_be_rendered_is_a_400_naming_the_field(
     tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],

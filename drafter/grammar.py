@@ -1,0 +1,105 @@
+"""Grammar-constrained token choice (structured outputs), through llguidance.
+
+A request's grammar is llguidance's grammar text (`json_schema_grammar` makes it from a
+JSON schema; `lark_grammar` from a Lark grammar). `Grammars` compiles each one once
+against the target's tokenizer and hands every request its own `Constraint`: the
+allowed-token mask for each row a step chooses, advanced by the tokens emitted.
+
+A verify block's row i is chosen after the anchor and drafts 1..i, so its mask is the
+grammar state after those drafts (`Constraint.masks`); the matcher is rolled back
+after computing them, and only the tokens the round emits advance it. A draft the
+grammar refuses ends the masks there: the target's masked choice at that row can never
+equal it, so no later row is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import llguidance
+import llguidance.hf
+import llguidance.numpy
+import mlx.core as mx
+import numpy as np
+
+
+class GrammarError(ValueError):
+    """A grammar llguidance cannot compile; the message says where."""
+
+
+def json_schema_grammar(schema: dict[str, Any]) -> str:
+    """The grammar of JSON text valid against `schema` (no whitespace between tokens
+    beyond what JSON needs, so a small model cannot run on in spaces)."""
+    try:
+        return llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema), defaults={"whitespace_flexible": False}
+        )
+    except (ValueError, TypeError) as error:
+        raise GrammarError(str(error)) from None
+
+
+def lark_grammar(lark: str) -> str:
+    return llguidance.LLMatcher.grammar_from_lark(lark)
+
+
+class Grammars:
+    """The target's tokenizer as llguidance reads it, and each grammar compiled once
+    (a prototype matcher per grammar text, deep-copied for each request)."""
+
+    def __init__(self, hf_tokenizer: Any, vocab_size: int, eos: list[int]) -> None:
+        self.vocab_size = vocab_size
+        self.tokenizer = llguidance.hf.from_tokenizer(
+            hf_tokenizer, n_vocab=vocab_size, eos_token=eos
+        )
+        self.compiled: dict[str, llguidance.LLMatcher] = {}
+        self.lock = threading.Lock()  # the HTTP side checks, the worker uses
+
+    def compile(self, grammar: str) -> llguidance.LLMatcher:
+        """The grammar's prototype matcher; GrammarError when it does not compile."""
+        with self.lock:
+            matcher = self.compiled.get(grammar)
+            if matcher is None:
+                matcher = llguidance.LLMatcher(self.tokenizer, grammar)
+                if matcher.is_error():
+                    raise GrammarError(matcher.get_error())
+                self.compiled[grammar] = matcher
+            return matcher
+
+    def constraint(self, grammar: str) -> Constraint:
+        return Constraint(self.compile(grammar).deep_copy(), self.vocab_size)
+
+
+class Constraint:
+    """One request's place in its grammar."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int) -> None:
+        self.matcher = matcher
+        self.vocab_size = vocab_size
+
+    def masks(self, drafts: list[int]) -> mx.array:
+        """(len(drafts) + 1, V) booleans: row i the tokens allowed after drafts[:i].
+        Rows past the first draft the grammar refuses allow everything: no choice
+        there is ever kept."""
+        valid = self.matcher.validate_tokens(drafts)
+        bits = llguidance.numpy.allocate_token_bitmask(len(drafts) + 1, self.vocab_size)
+        for i in range(valid + 1):
+            llguidance.numpy.fill_next_token_bitmask(self.matcher, bits, i)
+            if i < valid:
+                self.matcher.consume_token(drafts[i])
+        self.matcher.rollback(valid)
+        allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")
+        return mx.array(allowed[:, : self.vocab_size].astype(np.bool_))
+
+    def advance(self, tokens: list[int]) -> None:
+        """The emitted tokens, in order (one the grammar refuses cannot have been chosen)."""
+        for token in tokens:
+            if self.matcher.is_stopped():
+                return
+            self.matcher.consume_token(token)
+
+
+def masked(scores: mx.array, allowed: mx.array) -> mx.array:
+    """Scores with every token the grammar refuses at -inf."""
+    return mx.where(allowed, scores, mx.array(-mx.inf, dtype=scores.dtype))
