@@ -46,6 +46,9 @@ class GenerationStats:
     decode_s: float = 0.0
     # Wall time of its prefill chunks, the first token's choice included.
     prefill_s: float = 0.0
+    # Host time computing its grammar's token masks (structured outputs), and how many rows.
+    mask_s: float = 0.0
+    masked_rows: int = 0
 
     @property
     def acceptance_length(self) -> float:

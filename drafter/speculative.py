@@ -189,7 +189,7 @@ class Session:
             reserve(self.cache + self.draft_cache, len(prompt), max_tokens + self.width)
         scores = token_scores(logits, self.counts, self.params)
         if self.constraint is not None:
-            scores = masked(scores, self.constraint.masks([])[0])
+            scores = masked(scores, self.masks([])[0])
         anchor = self.chooser.choose(scores).item()
         if self.drafter is not None and everything is not None:
             # The prompt's context rows are projected here, with the prompt, not in
@@ -252,7 +252,7 @@ class Session:
         current.verified = verified
         scores = self.row_scores(logits, current.drafts)  # row i as classic decode
         if self.constraint is not None:  # row i: the grammar after drafts 1..i (a host sync)
-            scores = masked(scores, self.constraint.masks(current.drafts.tolist()))
+            scores = masked(scores, self.masks(current.drafts.tolist()))
         current.rows = log_softmax(scores)
         current.report = reported(current.rows, self.params)
         if self.params.greedy:
@@ -316,6 +316,15 @@ class Session:
             [mx.zeros((1, self.vocab)), mx.cumsum(one_hots(drafts, self.vocab), 0)]
         )
         return token_scores(logits, self.counts + seen, self.params)
+
+    def masks(self, drafts: list[int]) -> mx.array:
+        """The grammar's masks for a step's rows, timed into the request's stats."""
+        assert self.constraint is not None
+        start = time.perf_counter()
+        masks = self.constraint.masks(drafts)
+        self.stats.mask_s += time.perf_counter() - start
+        self.stats.masked_rows += len(drafts) + 1
+        return masks
 
     def emitted(self, tokens: list[int]) -> None:
         """The tokens this request emitted: penalty counts and the grammar follow them."""

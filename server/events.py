@@ -68,6 +68,8 @@ class Usage:
             total.widths[width] = total.widths.get(width, 0) + rounds
         total.decode_s += stats.decode_s
         total.prefill_s += stats.prefill_s
+        total.mask_s += stats.mask_s
+        total.masked_rows += stats.masked_rows
         for position, count in enumerate(stats.accepted_per_position):
             if position < len(total.accepted_per_position):
                 total.accepted_per_position[position] += count

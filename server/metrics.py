@@ -44,6 +44,14 @@ class Metrics:
         self.accepted_tokens = Counter(
             "draftwise_spec_accepted_tokens", "Accepted draft tokens", registry=r
         )
+        self.mask_seconds = Counter(
+            "draftwise_grammar_mask_seconds",
+            "Host time computing structured-output token masks",
+            registry=r,
+        )
+        self.masked_rows = Counter(
+            "draftwise_grammar_masked_rows", "Rows chosen under a grammar mask", registry=r
+        )
         self.accepted_by_position = Counter(
             "draftwise_spec_accepted_by_position",
             "Accepted draft tokens by position in the block (1 = first draft)",
@@ -111,6 +119,8 @@ class Metrics:
         self.accepted_tokens.inc(stats.accepted)
         for position, count in enumerate(stats.accepted_per_position, start=1):
             self.accepted_by_position.labels(position=str(position)).inc(count)
+        self.mask_seconds.inc(stats.mask_s)
+        self.masked_rows.inc(stats.masked_rows)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

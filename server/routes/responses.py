@@ -38,8 +38,10 @@ from server.schemas import (
     ChatMessage,
     FunctionCall,
     InputItem,
+    JsonSchemaFormat,
     NamedFunction,
     NamedToolChoice,
+    ResponseFormat,
     ResponsesRequest,
     Tool,
     ToolCall,
@@ -56,6 +58,9 @@ PARAM_NAMES = {
     "messages": "input",
     "max_tokens": "max_output_tokens",
     "max_completion_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "response_format.type": "text.format.type",
+    "response_format.json_schema": "text.format.schema",
 }
 
 
@@ -76,8 +81,22 @@ def check_stateless(body: ResponsesRequest) -> None:
     if body.prompt is not None:
         raise unsupported("stored prompt templates are not served", "prompt")
     text_format = body.text.format if body.text is not None else None
-    if text_format is not None and text_format.type != "text":
+    if text_format is not None and text_format.type not in ("text", "json_object", "json_schema"):
         raise unsupported(f"text format {text_format.type!r} is not served", "text.format")
+
+
+def response_format(body: ResponsesRequest) -> ResponseFormat | None:
+    """`text.format` as chat's response_format (its schema sits beside its type here)."""
+    text_format = body.text.format if body.text is not None else None
+    if text_format is None or text_format.type == "text":
+        return None
+    spec = text_format.model_extra or {}
+    if text_format.type == "json_schema" and not isinstance(spec.get("schema"), dict):
+        raise invalid("a json_schema text format needs a schema object", "text.format.schema")
+    schema = JsonSchemaFormat.model_validate(
+        {"name": spec.get("name"), "schema": spec.get("schema")}
+    )
+    return ResponseFormat(type=text_format.type, json_schema=schema)
 
 
 def chat_tools(body: ResponsesRequest) -> list[Tool] | None:
@@ -160,6 +179,7 @@ def chat_request(body: ResponsesRequest) -> ChatCompletionRequest:
         tools=chat_tools(body),
         tool_choice=chat_tool_choice(body),
         ignore_eos=body.ignore_eos,
+        response_format=response_format(body),
     )
 
 

@@ -160,7 +160,8 @@ BAD_BODIES: list[tuple[dict[str, Any], str]] = [
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"tools": [{"type": "function"}]}, "tools[0].name"),
     ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
-    ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+    ({"text": {"format": {"type": "xml"}}}, "text.format"),
+    ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format.schema"),
     (
         {"input": [{"role": "user", "content": [{"type": "input_image"}]}]},
         "input[0].content[0].type",

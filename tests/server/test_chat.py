@@ -200,3 +200,32 @@ def test_what_cannot_be_rendered_is_a_400_naming_the_field(
     with pytest.raises(APIError) as raised:
         render(request(**fields), tokenizers[which])
     assert raised.value.status == 400 and raised.value.param == param
+
+
+NO_TOOLS_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_without_tools_gets_them_in_a_system_turn(tmp_path: Path) -> None:
+    tokenizer = load(str(write_tiny_model(tmp_path / "m", chat_template=NO_TOOLS_TEMPLATE)))[1]
+    system = {"role": "system", "content": "Be brief."}
+    body = request(messages=[system, {"role": "user", "content": "hi"}], tools=TOOLS)
+    rendered = render(body, tokenizer)
+    text = tokenizer.decode(rendered.prompt)
+    assert text.startswith("<|im_start|>system\nBe brief.\n\nYou can call the tools below.")
+    assert '{"name": "get_weather", "parameters": {}}' in text and "<tool_call>" in text
+    assert rendered.parse_tools and rendered.grammar is None
+    alone = render(request(tools=TOOLS, tool_choice="required"), tokenizer)
+    assert tokenizer.decode(alone.prompt).startswith("<|im_start|>system\nYou can call")
+    assert alone.grammar is not None
+
+
+def test_forced_choices_come_with_a_grammar_and_auto_or_none_without(
+    tokenizers: tuple[TokenizerWrapper, TokenizerWrapper],
+) -> None:
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice, forced in (("auto", False), ("none", False), ("required", True), (named, True)):
+        rendered = render(request(tools=TOOLS, tool_choice=choice), tokenizers[0])
+        assert (rendered.grammar is not None) == forced
