@@ -44,6 +44,9 @@ class Point(BaseModel):
     y: int = Field(ge=-9, le=9)
 
 
+POINT = {**Point.model_json_schema(), "additionalProperties": False}  # a strict schema
+
+
 @pytest.fixture(scope="module")
 def speculative(
     tiny_model: Path, model_cache: Path, tmp_path_factory: pytest.TempPathFactory
@@ -94,10 +97,10 @@ def test_json_object_answers_parse_as_an_object(client: openai.OpenAI, model_id:
 
 
 def test_completions_take_a_json_schema_too(http: httpx.Client) -> None:
-    schema = Point.model_json_schema()
+    schema = POINT
     body = {
         "prompt": "A point:",
-        "max_tokens": 40,
+        "max_tokens": 120,
         "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": schema}},
     }
     answer = http.post("/v1/completions", json=body).json()
@@ -122,7 +125,7 @@ TOOLS: Any = [
         "type": "function",
         "function": {
             "name": "add",
-            "parameters": Point.model_json_schema(),
+            "parameters": POINT,
         },
     },
 ]
@@ -139,7 +142,7 @@ def test_a_forced_tool_call_is_a_valid_call(
     client: openai.OpenAI, model_id: str, choice: Any, names: set[str]
 ) -> None:
     completion = client.chat.completions.create(
-        model=model_id, messages=HELLO, tools=TOOLS, tool_choice=choice, max_tokens=80
+        model=model_id, messages=HELLO, tools=TOOLS, tool_choice=choice, max_tokens=200
     )
     answer = completion.choices[0]
     assert answer.finish_reason == "tool_calls"
@@ -153,9 +156,9 @@ def test_a_forced_tool_call_is_a_valid_call(
 
 
 def test_the_responses_api_forces_a_function_call(client: openai.OpenAI) -> None:
-    tools: Any = [{"type": "function", "name": "add", "parameters": Point.model_json_schema()}]
+    tools: Any = [{"type": "function", "name": "add", "parameters": POINT}]
     response = client.responses.create(
-        input="Add two numbers.", tools=tools, tool_choice="required", max_output_tokens=80
+        input="Add two numbers.", tools=tools, tool_choice="required", max_output_tokens=200
     )
     [call] = response.output
     assert call.type == "function_call" and call.name == "add"
