@@ -246,6 +246,7 @@ class Sequence:
     def done(self) -> bool:
         if self.anchor is None:
             return False
+        # A complete grammar allows only the end token, so a constrained answer ends by it.
         return self.emitted >= self.max_tokens or self.anchor in self.session.eos_ids
 
     def emit(self, tokens: list[int], rows: mx.array) -> list[Token]:

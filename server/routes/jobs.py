@@ -163,6 +163,8 @@ async def job_events(
                 record["completion_tokens"] = event.usage.completion_tokens
                 record["prefill_ms"] = round(event.usage.stats.prefill_s * 1000, 1)
                 record["decode_ms"] = round(event.usage.stats.decode_s * 1000, 1)
+                if event.usage.stats.masked_rows:  # structured output
+                    record["mask_ms"] = round(event.usage.stats.mask_s * 1000, 1)
                 if event.usage.stats.block_size is not None:  # a speculative server
                     record.update(speculative_stats(event.usage.stats))
                 finish()
