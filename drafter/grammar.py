@@ -29,12 +29,16 @@ class GrammarError(ValueError):
     """A grammar llguidance cannot compile; the message says where."""
 
 
+# JSON as models write it and as json.dumps does (`{"a": 1, "b": [2, 3]}`): the spacing
+# a drafter proposes too, and no room to run on in whitespace.
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
 def json_schema_grammar(schema: dict[str, Any]) -> str:
-    """The grammar of JSON text valid against `schema` (no whitespace between tokens
-    beyond what JSON needs, so a small model cannot run on in spaces)."""
+    """The grammar of JSON text valid against `schema`, laid out as JSON_LAYOUT."""
     try:
         return llguidance.LLMatcher.grammar_from_json_schema(
-            json.dumps(schema), defaults={"whitespace_flexible": False}
+            json.dumps(schema), defaults=JSON_LAYOUT
         )
     except (ValueError, TypeError) as error:
         raise GrammarError(str(error)) from None

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from drafter.grammar import lark_grammar
+from drafter.grammar import JSON_LAYOUT, lark_grammar
 from server.errors import invalid
 from server.schemas import ChatCompletionRequest, ChatMessage
 
@@ -150,7 +150,7 @@ def tool_call_grammar(tools: list[dict[str, Any]]) -> str:
         }
         for tool in tools
     ]
-    schema = {"x-guidance": {"whitespace_flexible": False}, "anyOf": calls}
+    schema = {"x-guidance": JSON_LAYOUT, "anyOf": calls}
     open_tag, close_tag = json.dumps(TOOL_OPEN + "\n"), json.dumps("\n" + TOOL_CLOSE)
     return lark_grammar(f"start: {open_tag} call {close_tag}\ncall: %json {json.dumps(schema)}")
 

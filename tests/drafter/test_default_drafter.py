@@ -112,3 +112,35 @@ def test_the_chat_question_about_france_is_answered_paris_speculatively_as_class
     assert speculative == reference
     assert stats.rounds > 0
     assert "Paris" in tokenizer.decode(speculative)
+
+
+def test_an_extraction_under_a_schema_is_valid_and_speculation_equals_classic(
+    target: tuple[nn.Module, TokenizerWrapper], classic: Engine
+) -> None:
+    """The real pair under a JSON schema (structured output): greedy speculation gives
+    classic's text, which is valid against the schema and ends by the end token."""
+    from drafter.grammar import json_schema_grammar
+
+    model, tokenizer = target
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    params = SamplingParams(grammar=json_schema_grammar(schema))
+    text = "Extract the person as JSON: Marta Kowalski is 34 and runs a bakery in Lisbon."
+    question = ChatMessage(role="user", content=text)
+    prompt = render(ChatCompletionRequest(messages=[question]), tokenizer).prompt
+    engine = Engine(
+        model, tokenizer, model_id="smollm2", context_length=8192,
+        drafter=load_drafter(DRAFTER_DIR, model), block_size=4,
+    )  # fmt: skip
+    stats = GenerationStats()
+    speculative = [t.id for step in engine.generate(prompt, 64, params, stats) for t in step]
+    reference = [t.id for step in classic.generate(prompt, 64, params) for t in step]
+    assert speculative == reference
+    assert reference[-1] in tokenizer.eos_token_ids
+    value = json.loads(tokenizer.decode(reference[:-1]))
+    assert set(value) == {"name", "age"} and isinstance(value["age"], int)
+    assert stats.accepted > 0
