@@ -54,6 +54,7 @@ class Grammars:
 
     def __init__(self, hf_tokenizer: Any, vocab_size: int, eos: list[int]) -> None:
         self.vocab_size = vocab_size
+        self.eos = set(eos)
         self.tokenizer = llguidance.hf.from_tokenizer(
             hf_tokenizer, n_vocab=vocab_size, eos_token=eos
         )
@@ -72,29 +73,51 @@ class Grammars:
             return matcher
 
     def constraint(self, grammar: str) -> Constraint:
-        return Constraint(self.compile(grammar).deep_copy(), self.vocab_size)
+        return Constraint(self.compile(grammar).deep_copy(), self.vocab_size, self.eos)
 
 
 class Constraint:
     """One request's place in its grammar."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int) -> None:
+    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int, eos: set[int]) -> None:
         self.matcher = matcher
         self.vocab_size = vocab_size
+        self.eos = eos  # never consumed while looking ahead: a stopped matcher does not roll back
 
     def masks(self, drafts: list[int]) -> mx.array:
         """(len(drafts) + 1, V) booleans: row i the tokens allowed after drafts[:i].
         Rows past the first draft the grammar refuses allow everything: no choice
         there is ever kept."""
-        valid = self.matcher.validate_tokens(drafts)
+        ends = [i for i, token in enumerate(drafts) if token in self.eos]
+        valid = min([self.matcher.validate_tokens(drafts), *ends])  # nothing follows an end
         bits = llguidance.numpy.allocate_token_bitmask(len(drafts) + 1, self.vocab_size)
         for i in range(valid + 1):
             llguidance.numpy.fill_next_token_bitmask(self.matcher, bits, i)
             if i < valid:
                 self.matcher.consume_token(drafts[i])
         self.matcher.rollback(valid)
-        allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")
-        return mx.array(allowed[:, : self.vocab_size].astype(np.bool_))
+        return mx.array(unpacked(bits, self.vocab_size))
+
+    def draft(self, scores: np.ndarray, ids: np.ndarray | None) -> list[int]:
+        """Greedy drafts the grammar allows, one row at a time: row i of the drafter's
+        `scores` (over `ids`, or the whole vocabulary) after drafts 1..i-1. Fewer than
+        the rows where the grammar allows nothing more."""
+        rows = scores.shape[0]
+        bits = llguidance.numpy.allocate_token_bitmask(1, self.vocab_size)
+        drafts: list[int] = []
+        for i in range(rows):
+            llguidance.numpy.fill_next_token_bitmask(self.matcher, bits, 0)
+            allowed = unpacked(bits, self.vocab_size)[0]
+            row = np.where(allowed if ids is None else allowed[ids], scores[i], -np.inf)
+            best = int(np.argmax(row))
+            if not np.isfinite(row[best]):
+                break  # the drafter proposes nothing the grammar allows here
+            drafts.append(best if ids is None else int(ids[best]))
+            if drafts[-1] in self.eos:
+                break  # nothing follows the end, which is not consumed
+            self.matcher.consume_token(drafts[-1])  # allowed by the mask
+        self.matcher.rollback(len(drafts) - (1 if drafts and drafts[-1] in self.eos else 0))
+        return drafts
 
     def advance(self, tokens: list[int]) -> None:
         """The emitted tokens, in order (one the grammar refuses cannot have been chosen)."""
@@ -107,3 +130,9 @@ class Constraint:
 def masked(scores: mx.array, allowed: mx.array) -> mx.array:
     """Scores with every token the grammar refuses at -inf."""
     return mx.where(allowed, scores, mx.array(-mx.inf, dtype=scores.dtype))
+
+
+def unpacked(bits: np.ndarray, vocab_size: int) -> np.ndarray:
+    """llguidance's (rows, words) bitmask as (rows, vocab_size) booleans."""
+    allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")
+    return allowed[:, :vocab_size].astype(np.bool_)

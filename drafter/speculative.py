@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import mlx.core as mx
+import numpy as np
 
 from drafter import acceptance, rollback
 from drafter.attention import reserve
@@ -299,11 +300,26 @@ class Session:
     def draft(self, drafted: DraftScores) -> tuple[mx.array, mx.array | None]:
         """B-1 draft tokens (lazy) from the drafter's scores and, when sampling, the
         distribution they came from (q, the draft distribution, over the vocabulary)."""
+        if self.params.greedy and self.constraint is not None:
+            return self.constrained_drafts(drafted), None
         if self.params.greedy:
             return drafted.tokens(), None
         logits = drafted.logits()
         logprobs = sampling_logprobs(token_logprobs(logits, None, self.params), self.params)
         return mx.random.categorical(logprobs, key=self.chooser.next_key()), logprobs
+
+    def constrained_drafts(self, drafted: DraftScores) -> mx.array:
+        """Greedy drafts under the grammar (a host sync on the drafter's scores), so the
+        drafter proposes only what the target may choose. Rows the grammar leaves
+        nothing for repeat the last draft: refused at verify, never kept."""
+        assert self.constraint is not None
+        start = time.perf_counter()
+        scores = np.array(drafted.scores.astype(mx.float32))
+        ids = None if drafted.ids is None else np.array(drafted.ids)
+        drafts = self.constraint.draft(scores, ids)
+        self.stats.mask_s += time.perf_counter() - start
+        drafts += [drafts[-1] if drafts else 0] * (scores.shape[0] - len(drafts))
+        return mx.array(drafts, dtype=mx.int32)
 
     def row_scores(self, logits: mx.array, drafts: mx.array) -> mx.array:
         """The scores of every verify row at once, each as a classic decode step after
