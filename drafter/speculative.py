@@ -313,9 +313,9 @@ class Session:
         drafter proposes only what the target may choose. Rows the grammar leaves
         nothing for repeat the last draft: refused at verify, never kept."""
         assert self.constraint is not None
-        start = time.perf_counter()
-        scores = np.array(drafted.scores.astype(mx.float32))
+        scores = np.array(drafted.scores.astype(mx.float32))  # waits for the drafter
         ids = None if drafted.ids is None else np.array(drafted.ids)
+        start = time.perf_counter()
         drafts = self.constraint.draft(scores, ids)
         self.stats.mask_s += time.perf_counter() - start
         drafts += [drafts[-1] if drafts else 0] * (scores.shape[0] - len(drafts))
