@@ -12,7 +12,8 @@ too), four ways.
   (below): the CUDA default.
 
 A mode is a cache class (`CACHES`): mlx-lm's attention passes the layer's cache to
-`scaled_dot_product_attention`, which `route_attention` replaces by `dispatch`.
+`scaled_dot_product_attention`, which drafter/forward.py (`route_attention`) replaces by
+`dispatch`.
 
 Stable attention.
 
@@ -67,7 +68,6 @@ Longer queries (prefill) then take MLX's unfused attention.
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import mlx.core as mx
@@ -273,20 +273,6 @@ def dispatch(original: Any) -> Any:
 
     scaled_dot_product_attention.original = original  # type: ignore[attr-defined]
     return scaled_dot_product_attention
-
-
-def route_attention(model: nn.Module) -> int:
-    """Route the attention of `model`'s mlx-lm architecture modules through `dispatch`
-    (once per module); returns how many modules were routed."""
-    routed = 0
-    for module in model.modules():
-        source = sys.modules.get(type(module).__module__)
-        original = getattr(source, "scaled_dot_product_attention", None)
-        if original is None or hasattr(original, "original"):
-            continue
-        source.scaled_dot_product_attention = dispatch(original)  # type: ignore[union-attr]
-        routed += 1
-    return routed
 
 
 def choose_attention() -> str:

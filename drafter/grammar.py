@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.hf
 import llguidance.numpy
 import mlx.core as mx
 import numpy as np
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
 
 
 class GrammarError(ValueError):
@@ -31,7 +34,11 @@ class GrammarError(ValueError):
 
 # JSON as models write it and as json.dumps does (`{"a": 1, "b": [2, 3]}`): the spacing
 # a drafter proposes too, and no room to run on in whitespace.
-JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_LAYOUT: JsonCompileOptions = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
 
 
 def json_schema_grammar(schema: dict[str, Any]) -> str:

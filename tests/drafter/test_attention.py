@@ -24,10 +24,10 @@ from drafter.attention import (
     folded_attention,
     make_cache,
     reserve,
-    route_attention,
     tail_mask,
 )
 from drafter.checkpoints.tiny import write_tiny_model
+from drafter.forward import route_attention
 from drafter.vector_rows import VECTOR_ROWS
 
 

@@ -38,6 +38,15 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> tuple[nn.Module, Tokeniz
 
 
 @pytest.fixture(scope="module")
+def speculative(target: tuple[nn.Module, TokenizerWrapper]) -> Engine:
+    model, tokenizer = target
+    return Engine(
+        model, tokenizer, model_id="smollm2", context_length=8192,
+        drafter=load_drafter(DRAFTER_DIR, model), block_size=4,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
 def classic(target: tuple[nn.Module, TokenizerWrapper]) -> Engine:
     model, tokenizer = target
     return Engine(model, tokenizer, model_id="smollm2", context_length=8192)
@@ -97,31 +106,27 @@ def test_greedy_speculative_equals_classic_and_really_accepts_drafts(
 
 
 def test_the_chat_question_about_france_is_answered_paris_speculatively_as_classic(
-    target: tuple[nn.Module, TokenizerWrapper], classic: Engine
+    target: tuple[nn.Module, TokenizerWrapper], classic: Engine, speculative: Engine
 ) -> None:
-    model, tokenizer = target
+    tokenizer = target[1]
     question = ChatMessage(role="user", content="What is the capital of France?")
     prompt = render(ChatCompletionRequest(messages=[question]), tokenizer).prompt
-    engine = Engine(
-        model, tokenizer, model_id="smollm2", context_length=8192,
-        drafter=load_drafter(DRAFTER_DIR, model), block_size=4,
-    )  # fmt: skip
     stats = GenerationStats()
-    speculative = [t.id for step in engine.generate(prompt, 48, GREEDY, stats) for t in step]
+    out = [t.id for step in speculative.generate(prompt, 48, GREEDY, stats) for t in step]
     reference = [t.id for step in classic.generate(prompt, 48, GREEDY) for t in step]
-    assert speculative == reference
+    assert out == reference
     assert stats.rounds > 0
-    assert "Paris" in tokenizer.decode(speculative)
+    assert "Paris" in tokenizer.decode(out)
 
 
 def test_an_extraction_under_a_schema_is_valid_and_speculation_equals_classic(
-    target: tuple[nn.Module, TokenizerWrapper], classic: Engine
+    target: tuple[nn.Module, TokenizerWrapper], classic: Engine, speculative: Engine
 ) -> None:
     """The real pair under a JSON schema (structured output): greedy speculation gives
     classic's text, which is valid against the schema and ends by the end token."""
     from drafter.grammar import json_schema_grammar
 
-    model, tokenizer = target
+    tokenizer = target[1]
     schema = {
         "type": "object",
         "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -132,14 +137,10 @@ def test_an_extraction_under_a_schema_is_valid_and_speculation_equals_classic(
     text = "Extract the person as JSON: Marta Kowalski is 34 and runs a bakery in Lisbon."
     question = ChatMessage(role="user", content=text)
     prompt = render(ChatCompletionRequest(messages=[question]), tokenizer).prompt
-    engine = Engine(
-        model, tokenizer, model_id="smollm2", context_length=8192,
-        drafter=load_drafter(DRAFTER_DIR, model), block_size=4,
-    )  # fmt: skip
     stats = GenerationStats()
-    speculative = [t.id for step in engine.generate(prompt, 64, params, stats) for t in step]
+    out = [t.id for step in speculative.generate(prompt, 64, params, stats) for t in step]
     reference = [t.id for step in classic.generate(prompt, 64, params) for t in step]
-    assert speculative == reference
+    assert out == reference
     assert reference[-1] in tokenizer.eos_token_ids
     value = json.loads(tokenizer.decode(reference[:-1]))
     assert set(value) == {"name", "age"} and isinstance(value["age"], int)
