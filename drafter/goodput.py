@@ -43,7 +43,7 @@ def candidate_widths(ceiling: int) -> list[int]:
 @dataclass
 class Choice:
     width: int
-    reason: str  # "single" | "explore" | "reprobe" | "goodput"
+    reason: str  # "single" | "explore" | "reprobe" | "goodput" | "seeded"
     expected: dict[int, float] = field(default_factory=dict)  # width -> tokens/s estimate
 
 
@@ -67,8 +67,12 @@ class WidthControl:
         """Tokens one request emits per round at `width`."""
         return 1.0 + sum(self.acceptance(k) for k in range(1, width))
 
-    def choose(self, batch: int) -> Choice:
+    def choose(self, batch: int, seeded: bool = False) -> Choice:
+        """The step's width. seeded: a seeded sampled request is in the step; it runs at
+        the ceiling, whatever was measured, so its random draws repeat."""
         self.steps += 1
+        if seeded:
+            return Choice(self.ceiling, "seeded")
         if batch <= 1 or self.ceiling <= 1:
             return Choice(self.ceiling, "single")
         unmeasured = [w for w in self.widths if (w, batch) not in self.times]

@@ -163,7 +163,10 @@ class Scheduler:
         if not members:
             return
         sequences = [running.sequence for _, running in members]
-        choice = self.control.choose(len(sequences))
+        seeded = any(
+            s.session.params.seed is not None and not s.session.params.greedy for s in sequences
+        )
+        choice = self.control.choose(len(sequences), seeded)
         self.record_decision(choice.width, choice.reason, len(sequences), choice.expected)
         began = time.perf_counter()
         try:

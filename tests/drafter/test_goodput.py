@@ -3,7 +3,7 @@ the resolved width, and every width is measured before it can be ruled out."""
 
 from __future__ import annotations
 
-from drafter.goodput import REPROBE, WidthControl, candidate_widths
+from drafter.goodput import REPROBE, Choice, WidthControl, candidate_widths
 
 
 def measured(control: WidthControl, batch: int, cost: dict[int, float]) -> None:
@@ -84,3 +84,11 @@ def test_one_slow_step_does_not_rule_a_width_out() -> None:
         control.observe_step(1, 8, 0.10)
     control.observe_step(1, 8, 5.0)  # one stall
     assert control.choose(8).width == 1
+
+
+def test_a_seeded_step_runs_at_the_ceiling_whatever_was_measured() -> None:
+    control = WidthControl(8)
+    for _ in range(20):
+        choice = control.choose(4)
+        control.observe_step(choice.width, 4, 0.01 * choice.width)
+    assert control.choose(4, seeded=True) == Choice(8, "seeded")

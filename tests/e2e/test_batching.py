@@ -128,3 +128,27 @@ def test_concurrent_speculative_requests_each_get_their_solo_output(
     assert together == alone
     assert shared_steps(speculative_server) > before, "no step decoded more than one sequence"
     wait_for_cancellations(speculative_server, cancelled + 1)
+
+
+def test_a_seeded_sampled_request_repeats_on_an_idle_speculative_server(
+    speculative_server: ServerProcess,
+) -> None:
+    """temperature 0.8, n = 2, seed 7, three times: one answer, whatever widths the goodput
+    control measured in between (its n choices batch with each other)."""
+    body = {
+        "messages": [{"role": "user", "content": "Tell me a story."}],
+        "max_tokens": 24,
+        "temperature": 0.8,
+        "n": 2,
+        "seed": 7,
+        "ignore_eos": True,
+    }
+    url = f"{speculative_server.base_url}/v1/chat/completions"
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    answers = []
+    for _ in range(3):
+        response = httpx.post(url, json=body, headers=headers, timeout=60)
+        assert response.status_code == 200, response.text
+        answers.append([c["message"]["content"] for c in response.json()["choices"]])
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0][0] != answers[0][1]  # choice j samples with seed + j
