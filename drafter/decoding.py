@@ -184,8 +184,9 @@ class DraftScores:
 
 
 class Drafter(Protocol):
-    """What the round loop needs of a drafter; `drafter/dflash.py: DFlashDrafter` is the
-    one the server loads."""
+    """What the round loop needs of a drafter: `drafter/dflash.py: DFlashDrafter` (reads
+    the target's features at `target_layer_ids`) or `drafter/ngram.py: NgramDrafter`
+    (reads the request's tokens, which `observe` hands it)."""
 
     @property
     def target_layer_ids(self) -> list[int]: ...
@@ -201,6 +202,8 @@ class Drafter(Protocol):
     def set_linear(self, mode: str) -> None: ...
 
     def ingest(self, features: mx.array, cache: list[Any]) -> None: ...
+
+    def observe(self, tokens: list[int], cache: list[Any]) -> None: ...
 
     def draft_scores(
         self, anchor: int, features: mx.array, cache: list[Any], width: int

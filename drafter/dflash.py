@@ -457,6 +457,9 @@ class DFlashDrafter:
         if isinstance(self.head, RestrictedHead):
             self.head.rowwise = mode == "rowwise"
 
+    def observe(self, tokens: list[int], cache: list[KVCache]) -> None:
+        """The tokens reach it as features instead (`ingest`, each round's context)."""
+
     def ingest(self, features: mx.array, cache: list[KVCache]) -> None:
         """Take a prompt's features (1, S, n_taps * H) into the context now (lazy).
 

@@ -20,12 +20,13 @@ import mlx.core as mx
 from mlx_lm import load as mlx_lm_load
 
 from drafter.activation import POLYEXP_MODES
-from drafter.decoding import prefill_step
+from drafter.decoding import Drafter, prefill_step
 from drafter.device import on_cpu, probe_device, quantization_of
 from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine
 from drafter.files import config_value, read_config
+from drafter.ngram import NgramDrafter
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
 from drafter.prompt_cache import PROBE_TEXT, PromptCache, hits_are_exact
 from drafter.warmup import WarmUp, warm_up
@@ -107,7 +108,7 @@ class Loaded:
             reason=self.resolution.reason,
             ignored=[override.describe() for override in self.resolution.ignored],
             speculative=self.speculative,
-            drafter=str(self.drafter_path) if self.drafter_path else NO_DRAFTER,
+            drafter=drafter_name(self.drafter_path, drafter),
             model_path=str(self.target_path),
             backend=self.device.backend,
             compute_capability=capability_text,
@@ -194,8 +195,14 @@ def load_engine(options: LoadOptions) -> Loaded:
     model, tokenizer = mlx_lm_load(str(target_path))
     if options.model is not None and options.dtype != "auto":
         model.set_dtype(DTYPES[options.dtype])
-    drafter_path = drafter_dir(options.draft_model, default_drafter)
-    drafter = load_drafter(drafter_path, model) if drafter_path else None
+    drafter: Drafter | None
+    if options.draft_kind == "ngram":  # no weights: --draft-model none still means classic
+        drafter_path = None
+        vocab = model.model.embed_tokens.weight.shape[0]
+        drafter = None if options.draft_model == NO_DRAFTER else NgramDrafter(vocab)
+    else:
+        drafter_path = drafter_dir(options.draft_model, default_drafter)
+        drafter = load_drafter(drafter_path, model) if drafter_path else None
     quantization = quantization_of(target_path)
     resolution = resolve_width(
         overrides=overrides_from(options.draft_block_size, options.environ),
@@ -301,6 +308,13 @@ def model_dir(value: str, setting: str) -> Path:
     if not (path / "config.json").is_file():
         raise LoadError(setting, value, "is not a model directory (no config.json there)")
     return path
+
+
+def drafter_name(path: Path | None, drafter: Drafter | None) -> str:
+    """What the dflash.config line names: the drafter's directory, `ngram`, or none."""
+    if isinstance(drafter, NgramDrafter):
+        return "ngram"
+    return str(path) if path else NO_DRAFTER
 
 
 def drafter_dir(value: str | None, default: Path | None) -> Path | None:

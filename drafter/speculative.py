@@ -155,7 +155,8 @@ class Session:
         self.eos_ids = set() if ignore_eos else engine.eos_ids
         self.vocab = engine.vocab_size
         self.forward = engine.forward
-        self.taps = self.drafter is not None  # its forwards return the drafter's features
+        # Its forwards return the features a feature-reading drafter (DFlash) takes in.
+        self.taps = self.drafter is not None and bool(self.drafter.target_layer_ids)
         self.draft_cache: list[Any] = []
         if self.drafter is not None:
             self.draft_cache = self.drafter.make_cache(engine.attention)
@@ -192,6 +193,8 @@ class Session:
         if self.constraint is not None:
             scores = masked(scores, self.masks([])[0])
         anchor = self.chooser.choose(scores).item()
+        if self.drafter is not None:
+            self.drafter.observe(list(prompt), self.draft_cache)
         if self.drafter is not None and everything is not None:
             # The prompt's context rows are projected here, with the prompt, not in
             # the first round (drafter/dflash.py: DFlashDrafter.ingest), and after the
@@ -238,12 +241,16 @@ class Session:
                 drafted = self.drafter.draft_scores(
                     anchor, self.take_context(), self.draft_cache, width
                 )
-            drafts, draft_logprobs = self.draft(drafted)
+            if drafted.scores.shape[0] > 0:  # a lookup drafter may find nothing: a classic step
+                drafts, draft_logprobs = self.draft(drafted)
         ckpt = rollback.checkpoint(self.cache) if checkpoint else None
-        return Round(anchor, width, drafts, draft_logprobs, ckpt)
+        return Round(anchor, 1 + drafts.shape[0], drafts, draft_logprobs, ckpt)
 
-    def take_context(self) -> mx.array:
-        """The features gathered since the drafter's last block; it takes them in now."""
+    def take_context(self) -> mx.array | None:
+        """The features gathered since the drafter's last block; it takes them in now
+        (None for a drafter that reads none)."""
+        if not self.taps:
+            return None
         context, self.context = self.context, None
         assert context is not None, "a round needs the features of the tokens before it"
         return context
@@ -348,6 +355,8 @@ class Session:
             self.counts = self.counts + one_hots(mx.array(tokens), self.vocab).sum(axis=0)
         if self.constraint is not None:
             self.constraint.advance(tokens)
+        if self.drafter is not None:
+            self.drafter.observe(tokens, self.draft_cache)
 
     def truncate(self, tokens: list[int], budget: int) -> list[int]:
         """Cut at the token budget and right after the first EOS, as classic decode stops."""

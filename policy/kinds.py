@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from policy.inputs import PolicyError
 
-# DFlash is trained and published at block 16; every unmeasured host keeps it.
-_DEFAULT_WIDTHS: dict[str, int] = {"dflash": 16}
+# DFlash is trained and published at block 16; every unmeasured host keeps it. A lookup
+# drafter (ngram) drafts only as far as its match goes, so a wide block costs little
+# where nothing matches.
+_DEFAULT_WIDTHS: dict[str, int] = {"dflash": 16, "ngram": 8}
 KNOWN_DRAFTER_KINDS: tuple[str, ...] = tuple(_DEFAULT_WIDTHS)
 
 

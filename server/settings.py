@@ -123,7 +123,12 @@ class ServeSettings(BaseSettings):
     draft_model: str | None = setting(
         scope="worker", help="DFlash drafter directory, or 'none' to serve classic decode"
     )
-    draft_kind: str = setting("dflash", scope="worker", help="drafter kind (dflash)")
+    draft_kind: str = setting(
+        "dflash",
+        scope="worker",
+        help="drafter kind: dflash (a trained drafter, --draft-model) or ngram (prompt "
+        "lookup: drafts copied from the request's own tokens, no weights)",
+    )
     policy_file: Path | None = setting(
         scope="startup",
         help="calibration entries (JSON); default: the file draftwise calibrate wrote",

@@ -408,4 +408,5 @@ def test_prefill_puts_the_prompt_into_the_drafters_context(pair: Pair) -> None:
     steps = run_alone(decoder, sequence, 4)
     next(steps)  # the prefill's token
     assert [c.offset for c in session.draft_cache] == [len(PROMPT)] * len(session.draft_cache)
-    assert session.take_context().shape[1] == 0
+    context = session.take_context()
+    assert context is not None and context.shape[1] == 0

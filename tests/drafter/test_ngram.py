@@ -1,0 +1,75 @@
+"""Prompt-lookup drafting (drafter/ngram.py): what the lookup proposes, and lookup
+speculation equal to classic decode, alone and batched, through the served decoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from drafter.batch import BatchDecoder, run_together
+from drafter.checkpoints.tiny import write_tiny_model
+from drafter.decoding import GenerationStats
+from drafter.loading import LoadOptions, load_engine
+from drafter.ngram import NgramDrafter, lookup
+from drafter.probe import probe_exactness
+from drafter.sampling import SamplingParams
+from tests.drafter.conftest import Pair, engine_on
+
+# A prompt that repeats itself, so the lookup finds spans to copy.
+COPYING = list(b"one two three four. one two three four. one two three four. one two")
+TOKENS = 40
+
+
+def test_the_longest_recent_suffix_proposes_what_followed_its_latest_occurrence() -> None:
+    assert lookup([1, 2, 3, 9, 1, 2, 3, 7, 1, 2, 3], 4) == [7, 1, 2, 3]  # the latest one
+    assert lookup([5, 6, 1, 2, 8, 5, 6, 1, 2], 2) == [8, 5]  # at most `count`
+    assert lookup([4, 1, 2, 9, 9, 3, 1, 2], 3) == [9, 9, 3]  # a 2-gram is enough
+    assert lookup([1, 2, 3, 4, 5], 3) == []  # nothing recurs
+    assert lookup([1, 7, 2, 7], 3) == []  # one repeated token is no match
+    assert lookup([], 3) == []
+
+
+def ids(engine_tokens: list[list[int]]) -> list[int]:
+    return [t for step in engine_tokens for t in step]
+
+
+@pytest.mark.parametrize("width", [2, 5, 8])
+def test_greedy_lookup_speculation_equals_classic(pair: Pair, width: int) -> None:
+    vocab = engine_on(pair).vocab_size
+    reference = [
+        t.id for s in engine_on(pair).generate(COPYING, TOKENS, SamplingParams()) for t in s
+    ]
+    stats = GenerationStats()
+    engine = engine_on(pair, NgramDrafter(vocab), width)
+    out = [t.id for s in engine.generate(COPYING, TOKENS, SamplingParams(), stats) for t in s]
+    assert out == reference
+    assert stats.rounds > 0 and stats.drafted <= stats.rounds * (width - 1)
+
+
+def test_lookup_requests_batched_equal_their_solo_outputs(pair: Pair) -> None:
+    engine = engine_on(pair, NgramDrafter(engine_on(pair).vocab_size), 6)
+    prompts = [COPYING, COPYING[5:], list(b"no repeats here at all")]
+    solo = [
+        [t.id for s in engine.generate(p, TOKENS, SamplingParams()) for t in s] for p in prompts
+    ]
+    decoder = BatchDecoder(engine)
+    sequences = [decoder.start(p, TOKENS, SamplingParams(), GenerationStats()) for p in prompts]
+    assert [[t.id for t in out] for out in run_together(decoder, sequences)] == solo
+
+
+def test_the_probe_proves_a_lookup_engine_exact(pair: Pair) -> None:
+    engine = engine_on(pair, NgramDrafter(engine_on(pair).vocab_size), 8)
+    assert probe_exactness(engine, prompt=COPYING, tokens=24).exactness == "exact"
+
+
+def test_a_load_with_the_ngram_kind_needs_no_drafter_and_names_it(tmp_path: Path) -> None:
+    target = write_tiny_model(tmp_path / "target", "qwen3")
+    options = LoadOptions(tmp_path / "cache", str(target), draft_kind="ngram", warm_up=False)
+    loaded = load_engine(options)
+    config = loaded.speculative_config()
+    assert isinstance(loaded.engine.drafter, NgramDrafter)
+    assert (config["drafter"], config["block_size"], config["source"]) == ("ngram", 8, "default")
+    assert config["speculative"] is True and config["exactness"] == "exact"
+    plain = load_engine(LoadOptions(tmp_path / "cache", str(target), "none", draft_kind="ngram"))
+    assert plain.engine.drafter is None and plain.speculative_config()["drafter"] == "none"
