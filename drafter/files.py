@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+# A Hugging Face model id (org/name), as `--model` and `--draft-model` may name one.
+REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
 def write_dir_atomically(path: Path, fill: Callable[[Path], None], replace: bool = True) -> Path:

@@ -25,7 +25,7 @@ from drafter.device import on_cpu, probe_device, quantization_of
 from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine
-from drafter.files import config_value, read_config
+from drafter.files import REPO_ID, config_value, read_config
 from drafter.ngram import NgramDrafter
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
 from drafter.prompt_cache import PROBE_TEXT, PromptCache, hits_are_exact
@@ -191,7 +191,8 @@ def load_engine(options: LoadOptions) -> Loaded:
         model_id, target_path, default_drafter = pair.model_id, pair.target, pair.drafter
     else:
         target_path = model_dir(options.model, "model")
-        model_id, default_drafter = target_path.name, None
+        local = Path(options.model).expanduser().is_dir()
+        model_id, default_drafter = target_path.name if local else options.model, None
     model, tokenizer = mlx_lm_load(str(target_path))
     if options.model is not None and options.dtype != "auto":
         model.set_dtype(DTYPES[options.dtype])
@@ -303,10 +304,43 @@ def serves_speculation(mode: str, probe: ProbeResult) -> bool:
     return True
 
 
+# What a model id's snapshot needs, as mlx-lm fetches it.
+MODEL_FILES = [
+    "*.json",
+    "*.safetensors",
+    "*.py",
+    "tokenizer.model",
+    "*.tiktoken",
+    "*.txt",
+    "*.jinja",
+]
+
+
 def model_dir(value: str, setting: str) -> Path:
+    """A model directory, or a Hugging Face model id (`org/name`) resolved as mlx-lm
+    resolves it: from the local cache (HF_HOME), downloaded when online and allowed
+    (HF_HUB_OFFLINE unset)."""
     path = Path(value).expanduser()
-    if not (path / "config.json").is_file():
+    if (path / "config.json").is_file():
+        return path
+    if path.exists() or not REPO_ID.match(value):
         raise LoadError(setting, value, "is not a model directory (no config.json there)")
+    return hub_snapshot(value, setting)
+
+
+def hub_snapshot(repo_id: str, setting: str) -> Path:
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        path = Path(snapshot_download(repo_id, allow_patterns=MODEL_FILES))
+    except (LocalEntryNotFoundError, HfHubHTTPError, OSError) as error:
+        where = f"the Hugging Face cache {constants.HF_HUB_CACHE}"
+        offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
+        message = f"is neither a model directory nor a model in {where}{offline}: {error}"
+        raise LoadError(setting, repo_id, message) from None
+    if not (path / "config.json").is_file():
+        raise LoadError(setting, repo_id, f"has no config.json in its snapshot {path}")
     return path
 
 
