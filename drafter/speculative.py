@@ -1,4 +1,5 @@
-"""The DFlash speculative round loop.
+"""A request's decoding state and its speculative round (the decoder, drafter/batch.py,
+runs every round through here, alone or batched).
 
     prefill the target, capturing the tapped layers -> context features
     repeat:
@@ -10,8 +11,10 @@
       rollback the target cache to the anchor + accepted rows; their captured
               features extend the drafter's context
 
-The width B is fixed for a solo request; in a batch (drafter/batch.py) each
-round may verify fewer rows, down to 1 (a classic decode step: no drafts).
+The width B is the step's (the goodput control may pick fewer rows per step, down
+to 1: a classic decode step, no drafts); a lookup drafter (drafter/ngram.py) drafts
+only as far as its match goes when alone. Under a grammar (drafter/grammar.py) the
+drafts and every row's choice are masked by it.
 Row i's penalty counts include the drafts before it, so a row's choice equals
 what classic decode would choose after the same tokens.
 
@@ -20,12 +23,12 @@ A round runs in three phases so that a batch can share the verify forward:
 (lazy choices), one host sync over `Round.arrays`, then `close` (accept,
 rollback, count).
 
-A round costs one drafter forward, one target forward and, on the greedy
-path, one host sync: every row's choice is one vectorised argmax over the
-(B, V) scores, evaluated together with the drafts (the rows' log-probabilities
-only when the request reports them: drafter/sampling.py). `RoundTimer` (for
-`draftwise profile`) splits a round into stages by evaluating each stage's
-outputs as it ends.
+A round costs one drafter forward, one target forward and, on the greedy path,
+one host sync (two under a grammar, whose masks need the drafts on the host): every
+row's choice is one vectorised argmax over the (B, V) scores, evaluated together with
+the drafts (the rows' log-probabilities only when the request reports them:
+drafter/sampling.py). `RoundTimer` (for `draftwise profile`) splits a round into stages
+by evaluating each stage's outputs as it ends.
 """
 
 from __future__ import annotations
