@@ -178,6 +178,11 @@ def check_grammar(grammar: str, model: ModelFacts, param: str) -> None:
             "structured output is not served for this model", param, "unsupported_parameter"
         )
     try:
-        model.grammars().compile(grammar)
+        grammars = model.grammars()
+    except ValueError as error:  # llguidance reads fast (Hugging Face) tokenizers only
+        message = f"structured output is not served for this model's tokenizer: {error}"
+        raise invalid(message, param, "unsupported_parameter") from None
+    try:
+        grammars.compile(grammar)
     except GrammarError as error:
         raise invalid(f"the schema does not compile: {error}", param) from None
