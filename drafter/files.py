@@ -16,10 +16,24 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 # A Hugging Face model id (org/name), as `--model` and `--draft-model` may name one.
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+ModelReference = Literal["dir", "id"]
+
+
+def model_reference(value: str) -> ModelReference | None:
+    """What a model setting names: a model directory (it holds config.json), a Hugging
+    Face model id (org/name, and no path here), or neither (None)."""
+    path = Path(value).expanduser()
+    if (path / "config.json").is_file():
+        return "dir"
+    if not path.exists() and REPO_ID.match(value):
+        return "id"
+    return None
 
 
 def write_dir_atomically(path: Path, fill: Callable[[Path], None], replace: bool = True) -> Path:

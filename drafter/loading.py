@@ -25,7 +25,7 @@ from drafter.device import on_cpu, probe_device, quantization_of
 from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine
-from drafter.files import REPO_ID, config_value, read_config
+from drafter.files import config_value, model_reference, read_config
 from drafter.ngram import NgramDrafter
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
 from drafter.prompt_cache import PROBE_TEXT, PromptCache, hits_are_exact
@@ -191,7 +191,7 @@ def load_engine(options: LoadOptions) -> Loaded:
         model_id, target_path, default_drafter = pair.model_id, pair.target, pair.drafter
     else:
         target_path = model_dir(options.model, "model")
-        local = Path(options.model).expanduser().is_dir()
+        local = model_reference(options.model) == "dir"  # else a model id: its name
         model_id, default_drafter = target_path.name if local else options.model, None
     model, tokenizer = mlx_lm_load(str(target_path))
     if options.model is not None and options.dtype != "auto":
@@ -320,12 +320,10 @@ def model_dir(value: str, setting: str) -> Path:
     """A model directory, or a Hugging Face model id (`org/name`) resolved as mlx-lm
     resolves it: from the local cache (HF_HOME), downloaded when online and allowed
     (HF_HUB_OFFLINE unset)."""
-    path = Path(value).expanduser()
-    if (path / "config.json").is_file():
-        return path
-    if path.exists() or not REPO_ID.match(value):
+    reference = model_reference(value)
+    if reference is None:
         raise LoadError(setting, value, "is not a model directory (no config.json there)")
-    return hub_snapshot(value, setting)
+    return Path(value).expanduser() if reference == "dir" else hub_snapshot(value, setting)
 
 
 def hub_snapshot(repo_id: str, setting: str) -> Path:

@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, cast, get_args
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from drafter.files import REPO_ID
+from drafter.files import model_reference
 from policy import KNOWN_DRAFTER_KINDS, OVERRIDE_ENV_VARS
 from server.blas import BLAS_ENV, REEXEC_MARKER
 
@@ -55,9 +55,7 @@ def _env(name: str) -> AliasChoices:
 def _model_dir(value: str | None) -> str | None:
     """A model setting names a saved model, or a Hugging Face model id (org/name, not a
     path here), which the loader resolves from the cache (drafter/loading.py)."""
-    if value is None or (Path(value).expanduser() / "config.json").is_file():
-        return value
-    if not Path(value).expanduser().exists() and REPO_ID.match(value):
+    if value is None or model_reference(value) is not None:
         return value
     raise ValueError("is not a model directory (no config.json there) nor a model id (org/name)")
 
