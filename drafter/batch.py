@@ -393,6 +393,18 @@ def run_alone(decoder: BatchDecoder, sequence: Sequence, width: int) -> Iterator
     unqueue(sequence)
 
 
+def decode_together(
+    engine: Engine, prompts: list[list[int]], max_tokens: int, params: SamplingParams
+) -> list[list[Token]]:
+    """Each prompt's tokens, all decoded together at the engine's width, EOS ignored."""
+    decoder = BatchDecoder(engine)
+    sequences = [
+        decoder.start(prompt, max_tokens, params, GenerationStats(), ignore_eos=True)
+        for prompt in prompts
+    ]
+    return run_together(decoder, sequences)
+
+
 def run_together(decoder: BatchDecoder, sequences: list[Sequence]) -> list[list[Token]]:
     """Prefill started sequences, then step all that still decode together at the
     decoder's width, one target forward a step (as the server batches requests); each

@@ -1,9 +1,10 @@
 """The generation engine: one target (and optionally a drafter) behind one API.
 
-The server's model worker is the only caller. `Engine.generate` yields the
-tokens of each decoding round (classic decode: one token per round), so the
-caller can stop after any token (stop strings, cancellation) and both paths
-emit exactly the same token stream for the same greedy request.
+It holds what a request needs besides its own state: the target run through its
+`Forward`, the tokenizer, the drafter and resolved width, the prompt cache and the
+grammars. The server's scheduler decodes through drafter/batch.py; `Engine.generate`
+drives that same decoder for one request (the probe, the warm-up, tooling, tests) and
+yields the tokens of each step, so a caller can stop after any of them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from drafter.decoding import (
     make_tokens,
     prefill_steps,
 )
-from drafter.diagnostics import ACTIVATION_MODES, ATTENTION_MODES, LINEAR_MODES
+from drafter.dflash import target_embedding
 from drafter.forward import Forward, Kernels
 from drafter.grammar import Constraint, Grammars
 from drafter.linear import choose_linear
@@ -65,7 +66,6 @@ class Engine:
             linear=choose_linear() if linear is None else linear,
             activation=choose_activation(drafter is not None) if activation is None else activation,
         )
-        check_kernels(kernels)
         taps = None if drafter is None else drafter.target_layer_ids
         self.forward = Forward(model, taps, kernels)
         if drafter is not None:
@@ -80,7 +80,6 @@ class Engine:
         """Run with other kernel modes from now on (`draftwise profile`, tests):
         `attention=`, `linear=`, `activation=`."""
         kernels = replace(self.forward.kernels, **modes)
-        check_kernels(kernels)
         self.forward.use(kernels)
         if self.drafter is not None:
             self.drafter.set_linear(kernels.linear)
@@ -171,17 +170,12 @@ class Engine:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.model.embed_tokens.weight.shape[0]
+        return target_vocab(self.model)
 
 
-def check_kernels(kernels: Kernels) -> None:
-    for name, value, modes in (
-        ("attention", kernels.attention, ATTENTION_MODES),
-        ("linear layout", kernels.linear, LINEAR_MODES),
-        ("activation", kernels.activation, ACTIVATION_MODES),
-    ):
-        if value not in modes:
-            raise ValueError(f"{name} {value!r} is none of {modes}")
+def target_vocab(model: nn.Module) -> int:
+    """The target's vocabulary: the rows of its token embedding."""
+    return int(target_embedding(model).weight.shape[0])
 
 
 def row_logprobs(logits: mx.array) -> mx.array:

@@ -33,6 +33,7 @@ from mlx_lm.models.cache import ArraysCache
 
 from drafter import activation, linear
 from drafter.attention import dispatch
+from drafter.diagnostics import ACTIVATION_MODES, ATTENTION_MODES, LINEAR_MODES
 from drafter.hooks import Call, hooked_class, original_class
 
 Change = tuple[nn.Module, type]  # a module and the class it is to have
@@ -54,11 +55,21 @@ def restyle(changes: Iterable[Change], drop: tuple[str, ...] = ()) -> int:
 
 @dataclass(frozen=True)
 class Kernels:
-    """How the target's forwards compute (each mode: see its module)."""
+    """How the target's forwards compute (each mode: see its module). A bundle with an
+    unknown mode cannot be made, so none is ever half-applied."""
 
     attention: str = "exact"
     linear: str = "matrix"
     activation: str = "mlx"
+
+    def __post_init__(self) -> None:
+        for name, value, modes in (
+            ("attention", self.attention, ATTENTION_MODES),
+            ("linear layout", self.linear, LINEAR_MODES),
+            ("activation", self.activation, ACTIVATION_MODES),
+        ):
+            if value not in modes:
+                raise ValueError(f"{name} {value!r} is none of {modes}")
 
 
 class Capture:

@@ -24,7 +24,7 @@ from drafter.decoding import Drafter, prefill_step
 from drafter.device import on_cpu, probe_device, quantization_of
 from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
-from drafter.engine import Engine
+from drafter.engine import Engine, target_vocab
 from drafter.files import config_value, model_reference, read_config
 from drafter.ngram import NgramDrafter
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
@@ -199,7 +199,7 @@ def load_engine(options: LoadOptions) -> Loaded:
     drafter: Drafter | None
     if options.draft_kind == "ngram":  # no weights: --draft-model none still means classic
         drafter_path = None
-        vocab = model.model.embed_tokens.weight.shape[0]
+        vocab = target_vocab(model)
         drafter = None if options.draft_model == NO_DRAFTER else NgramDrafter(vocab)
     else:
         drafter_path = drafter_dir(options.draft_model, default_drafter)

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from drafter.batch import BatchDecoder, run_together
-from drafter.decoding import GenerationStats, prefill
+from drafter.batch import decode_together
+from drafter.decoding import prefill
 from drafter.diagnostics import ProbeFields
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
@@ -156,12 +156,9 @@ def classic_tokens(engine: Engine, prompt: list[int], tokens: int) -> list[int]:
 
 def batched_tokens(engine: Engine, prompts: list[list[int]], tokens: int) -> list[list[int]]:
     """Greedy tokens of every prompt decoded together at the resolved width."""
-    decoder = BatchDecoder(engine)
-    sequences = [
-        decoder.start(ids, tokens, SamplingParams(), GenerationStats(), ignore_eos=True)
-        for ids in prompts
+    return [
+        [t.id for t in out] for out in decode_together(engine, prompts, tokens, SamplingParams())
     ]
-    return [[t.id for t in out] for out in run_together(decoder, sequences)]
 
 
 def batched_divergences(

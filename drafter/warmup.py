@@ -28,8 +28,7 @@ import time
 from dataclasses import dataclass
 
 from drafter.attention import STEP
-from drafter.batch import BatchDecoder, run_together
-from drafter.decoding import GenerationStats
+from drafter.batch import decode_together
 from drafter.engine import Engine
 from drafter.sampling import SamplingParams
 from drafter.vector_rows import VECTOR_TWO_PASS_KEYS
@@ -151,7 +150,4 @@ def run(engine: Engine, prompt: list[int], tokens: int) -> None:
 
 def run_pair(engine: Engine, prompt: list[int], tokens: int) -> None:
     """Two of the request batched, as concurrent requests decode."""
-    params = SamplingParams()
-    decoder = BatchDecoder(engine)
-    pair = [decoder.start(prompt, tokens, params, GenerationStats(), True) for _ in range(2)]
-    run_together(decoder, pair)
+    decode_together(engine, [prompt, prompt], tokens, SamplingParams())
