@@ -107,7 +107,7 @@ def render(body: ChatCompletionRequest, tokenizer: Any) -> Rendered:
         if with_tools == text:  # the template renders no tools
             with_tools = apply_template(tokenizer, generic_tools(messages, tools), None, kwargs)
         text = with_tools
-    forced = tools is not None and body.tool_choice not in (None, "auto")
+    forced = bool(tools) and body.tool_choice not in (None, "auto")
     grammar = tool_call_grammar(tools) if forced and tools else None
     prompt = tokenizer.encode(text, add_special_tokens=False)
     return Rendered(prompt, tools is not None, grammar)

@@ -22,7 +22,7 @@ from server.events import Chunk, CompletionPlan, Done, Finished, Job
 from server.openapi import generation_responses
 from server.plan import ModelFacts, build_plan
 from server.routes.jobs import (
-    finish_stats,
+    draftwise_field,
     job_events,
     request_record,
     serving_facts,
@@ -168,7 +168,7 @@ async def stream_chunks(
             for delta in state.deltas("", final=True):
                 yield chunk(event.index, delta)
             reason = state.finish_reason(event.finish_reason)
-            yield chunk(event.index, {}, finish_stats(event), finish_reason=reason)
+            yield chunk(event.index, {}, draftwise_field(event.stats), finish_reason=reason)
         elif isinstance(event, Done) and include_usage:
             yield {
                 **header,

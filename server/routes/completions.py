@@ -14,7 +14,7 @@ from server.events import Chunk, Done, Finished, Job
 from server.openapi import CompletionResponse, generation_responses
 from server.plan import build_plan
 from server.routes.jobs import (
-    finish_stats,
+    draftwise_field,
     job_events,
     request_record,
     serving_facts,
@@ -87,6 +87,6 @@ async def stream_chunks(
         elif isinstance(event, Finished):
             choice = {"index": event.index, "text": "", "logprobs": None}
             choice["finish_reason"] = event.finish_reason
-            yield {**header, "choices": [choice], "usage": None, **finish_stats(event)}
+            yield {**header, "choices": [choice], "usage": None, **draftwise_field(event.stats)}
         elif isinstance(event, Done) and include_usage:
             yield {**header, "choices": [], "usage": usage_body(event.usage)}

@@ -182,9 +182,7 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": usage.stats.cached_tokens},
     }
-    if usage.stats.block_size is not None:  # a speculative server
-        body["draftwise"] = speculative_stats(usage.stats)
-    return body
+    return body | draftwise_field(usage.stats)
 
 
 def speculative_stats(stats: GenerationStats) -> dict[str, Any]:
@@ -200,9 +198,9 @@ def speculative_stats(stats: GenerationStats) -> dict[str, Any]:
     }
 
 
-def finish_stats(event: Finished) -> dict[str, Any]:
-    """The `draftwise` field of a stream's finishing chunk: that choice's counts."""
-    stats = event.stats
+def draftwise_field(stats: GenerationStats) -> dict[str, Any]:
+    """`{"draftwise": ...}` on a speculative server's usage (or a stream's finishing
+    chunk, with that choice's stats); nothing on a classic one."""
     return {} if stats.block_size is None else {"draftwise": speculative_stats(stats)}
 
 

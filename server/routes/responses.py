@@ -26,10 +26,10 @@ from server.events import Chunk, Done, Finished, Job, Usage
 from server.openapi import generation_responses
 from server.routes.chat import add_chunk, chat_plan
 from server.routes.jobs import (
+    draftwise_field,
     job_events,
     request_record,
     serving_facts,
-    speculative_stats,
     sse,
     start_job,
 )
@@ -315,9 +315,7 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
     }
-    if usage.stats.block_size is not None:  # a speculative server
-        body["draftwise"] = speculative_stats(usage.stats)
-    return body
+    return body | draftwise_field(usage.stats)
 
 
 class Events:
