@@ -34,10 +34,6 @@ class History:
 
     tokens: list[int] = field(default_factory=list)
 
-    @property
-    def state(self) -> list[mx.array]:  # what the prompt cache's byte count reads
-        return []
-
 
 def lookup(tokens: list[int], count: int) -> list[int]:
     """Up to `count` tokens that followed the latest earlier occurrence of the longest
