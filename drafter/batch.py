@@ -183,17 +183,14 @@ def batchable(cache: list[Any]) -> bool:
     return all(type(entry) is ArraysCache or isinstance(entry, KVCache) for entry in cache)
 
 
-class BatchState:
-    """The target caches of a fixed set of sequences, shared per layer. Built when the
-    batch's membership changes and released back into the sequences' own caches before
-    the next change, so a request can leave (or run alone) at any step."""
+class SharedCaches:
+    """Several requests' target caches (one list of layers each), shared per layer: the
+    cache a batched forward takes (`layers`), armed before it and committed after."""
 
-    def __init__(self, sequences: list[Sequence]) -> None:
-        self.sequences = list(sequences)
-        per_layer = zip(*(s.session.cache for s in sequences), strict=True)
+    def __init__(self, caches: list[list[Any]]) -> None:
         self.layers: list[SharedKV | SharedArrays] = [
             SharedArrays(list(c)) if isinstance(c[0], ArraysCache) else SharedKV(list(c))
-            for c in per_layer
+            for c in zip(*caches, strict=True)
         ]
 
     def arm(self) -> None:
@@ -204,6 +201,16 @@ class BatchState:
     def commit(self, kept: list[int]) -> None:
         for layer in self.layers:
             layer.commit(kept)
+
+
+class BatchState(SharedCaches):
+    """The target caches of a fixed set of sequences, shared per layer. Built when the
+    batch's membership changes and released back into the sequences' own caches before
+    the next change, so a request can leave (or run alone) at any step."""
+
+    def __init__(self, sequences: list[Sequence]) -> None:
+        super().__init__([s.session.cache for s in sequences])
+        self.sequences = list(sequences)
 
     def release(self) -> None:
         for i, layer in enumerate(self.layers):

@@ -10,8 +10,10 @@ wrong verify row) is, and it must never hide behind "rounding".
 
 So the probe measures, on fixed prompts at the resolved width:
 
-- kernel noise: the largest |logit difference| between one-row and w-row
-  forwards of the very same tokens (classic's greedy continuation);
+- kernel noise: the largest |logit difference| between one-row forwards and the
+  shapes that serve, fed the very same tokens (classic's greedy continuation):
+  w-row forwards of one prompt, and w-row forwards of every probe prompt in one
+  batch (on CUDA the batch's masked attention rounds unlike the lone request's);
 - every divergence of speculative from classic output, with classic's margin
   there: logit(classic token) - logit(speculative token). After a divergence
   speculation restarts from classic's tokens up to and including that
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 
 import mlx.core as mx
 
-from drafter.batch import decode_together
+from drafter.batch import SharedCaches, decode_together
 from drafter.decoding import prefill
 from drafter.diagnostics import ProbeFields
 from drafter.engine import Engine
@@ -145,6 +147,9 @@ def probe_exactness(
         classics.append(classic)
         one_rows.append(one_row)
     if len(prompts) > 1:
+        batched = batched_teacher_forced_logits(engine, prompts, classics, width)
+        for one_row, rows in zip(one_rows, batched, strict=True):
+            noise = max(noise, mx.max(mx.abs(one_row - rows)).item())
         divergences += batched_divergences(engine, prompts, classics, one_rows)
     return ProbeResult(width, compared, noise, tuple(divergences))
 
@@ -195,6 +200,27 @@ def teacher_forced_logits(
         out.append(engine.forward(block, cache)[0][0].astype(mx.float32))
         mx.eval(out[-1])
     return mx.concatenate(out) if out else mx.zeros((0, engine.vocab_size))
+
+
+def batched_teacher_forced_logits(
+    engine: Engine, prompts: list[list[int]], continuations: list[list[int]], rows: int
+) -> list[mx.array]:
+    """Per prompt, teacher_forced_logits' (n, V) with every prompt fed `rows` tokens in
+    one forward over the shared caches, as the batched step feeds them."""
+    caches = []
+    for prompt in prompts:
+        caches.append(engine.make_cache())
+        prefill(engine.forward, prompt, caches[-1])
+    shared = SharedCaches(caches)
+    fed = [tokens[:-1] for tokens in continuations]
+    out = []
+    for start in range(0, min(len(f) for f in fed), rows):
+        block = mx.array([f[start : start + rows] for f in fed])
+        shared.arm()
+        out.append(engine.forward(block, shared.layers)[0].astype(mx.float32))
+        shared.commit([block.shape[1]] * len(fed))
+        mx.eval(out[-1])
+    return [mx.concatenate([o[b] for o in out]) for b in range(len(fed))]
 
 
 def realigned_divergences(

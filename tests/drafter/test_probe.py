@@ -16,8 +16,11 @@ from drafter.probe import (
     PROBE_PROMPTS,
     Divergence,
     ProbeResult,
+    batched_teacher_forced_logits,
+    classic_tokens,
     first_difference,
     probe_exactness,
+    teacher_forced_logits,
 )
 from drafter.sampling import SamplingParams
 
@@ -52,6 +55,24 @@ def test_probe_finds_the_tiny_pair_exact_at_the_resolved_width(
     assert result.divergences == ()
     assert result.exact and result.exactness == "exact"
     assert 0.0 <= result.kernel_noise < 1e-3  # float32 on CPU: one-row and w-row agree closely
+
+
+def test_the_batched_noise_feeds_each_prompt_its_own_rows(pair: tuple[Any, Any, Any]) -> None:
+    """Every probe prompt in one forward (attention and recurrent layers shared, prompts
+    of different lengths) predicts what each predicts alone: the batched shapes' noise
+    is rounding, not rows read from the wrong request."""
+    spec = engine(pair, 4)
+    prompts = [spec.tokenizer.encode(text) for text in PROBE_PROMPTS]
+    assert len({len(p) for p in prompts}) > 1
+    classics = [classic_tokens(spec, ids, 9) for ids in prompts]
+    together = batched_teacher_forced_logits(spec, prompts, classics, rows=4)
+    for ids, classic, rows in zip(prompts, classics, together, strict=True):
+        alone = teacher_forced_logits(spec, ids, classic, rows=1)
+        assert rows.shape == alone.shape == (8, spec.vocab_size)
+        assert mx.max(mx.abs(rows - alone)).item() < 1e-3
+    swapped = batched_teacher_forced_logits(spec, prompts[::-1], classics[::-1], rows=4)
+    assert mx.max(mx.abs(swapped[0] - together[1])).item() < 1e-3
+    assert mx.max(mx.abs(together[0] - together[1])).item() > 1e-2  # the prompts differ
 
 
 def test_a_rollback_that_keeps_one_row_too_many_is_a_defect(
