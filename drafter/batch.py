@@ -153,8 +153,16 @@ class SharedArrays(ArraysCache):
 def pipelinable(session: Session) -> bool:
     """Classic rounds alone can be pipelined when no token's choice waits on the one
     before it being counted (penalties) or matched (a grammar) and no drafter needs
-    the target's features."""
-    return session.drafter is None and session.counts is None and session.constraint is None
+    the target's features (a lookup drafter reads only the emitted tokens)."""
+    return not session.taps and session.counts is None and session.constraint is None
+
+
+def classic_now(session: Session, width: int) -> bool:
+    """Whether a lone request's step is a classic one: width 1, or a drafter that finds
+    nothing to draft now (a lookup without a match)."""
+    return (
+        width == 1 or session.drafter is None or not session.drafter.proposes(session.draft_cache)
+    )
 
 
 def queue_classic(session: Session, token: mx.array) -> Queued:
@@ -308,7 +316,8 @@ class BatchDecoder:
         if not sequences:
             return
         width = min(width, self.width)
-        if len(sequences) == 1 and width == 1 and pipelinable(sequences[0].session):
+        alone = sequences[0].session
+        if len(sequences) == 1 and pipelinable(alone) and classic_now(alone, width):
             self.release()
             self.pipelined_step(sequences[0])
             return
@@ -340,6 +349,8 @@ class BatchDecoder:
         state.arm()
         tokens = mx.stack([r.tokens for r in rounds])
         logits, features = self.engine.forward(tokens, state.layers, taps=sessions[0].taps)
+        if any(session.constraint is not None for session in sessions):
+            mx.async_eval(logits)  # the device verifies while the host fills the masks
         for b, (session, current) in enumerate(zip(sessions, rounds, strict=True)):
             session.judge(current, logits[b], None if features is None else features[b : b + 1])
         mx.eval([current.arrays() for current in rounds])  # the step's one host sync

@@ -460,6 +460,10 @@ class DFlashDrafter:
     def observe(self, tokens: list[int], cache: list[KVCache]) -> None:
         """The tokens reach it as features instead (`ingest`, each round's context)."""
 
+    def proposes(self, cache: list[KVCache]) -> bool:
+        """It always drafts a block."""
+        return True
+
     def ingest(self, features: mx.array, cache: list[KVCache]) -> None:
         """Take a prompt's features (1, S, n_taps * H) into the context now (lazy).
 

@@ -78,6 +78,11 @@ class NgramDrafter:
         """The request's prompt, then each step's emitted tokens, in order."""
         cache[0].tokens.extend(tokens)
 
+    def proposes(self, cache: list[Any]) -> bool:
+        """Whether the lookup finds a draft now: when not, a lone request's step is
+        classic decode's, pipelined (drafter/batch.py)."""
+        return bool(lookup(cache[0].tokens, 1))
+
     def draft_scores(
         self, anchor: int, features: mx.array | None, cache: list[Any], width: int
     ) -> DraftScores:

@@ -219,6 +219,8 @@ class Session:
         self.mark("draft", current.drafts)
         logits, verified = self.forward(current.tokens[None], self.cache, taps=self.taps)
         logits = logits[0]
+        if self.constraint is not None:
+            mx.async_eval(logits)  # the device verifies while the host fills the masks
         self.mark("verify", logits, *([] if verified is None else [verified]))
         self.judge(current, logits, verified)
         self.mark("choose", *current.arrays()[1:])

@@ -47,6 +47,33 @@ def test_greedy_lookup_speculation_equals_classic(pair: Pair, width: int) -> Non
     assert stats.rounds > 0 and stats.drafted <= stats.rounds * (width - 1)
 
 
+def test_a_lone_step_without_a_match_is_the_pipelined_classic_step(pair: Pair) -> None:
+    """Where the lookup finds nothing the step is classic decode's, its next forward
+    queued before this one is read; a match takes it back out and drafts."""
+    engine = engine_on(pair, NgramDrafter(engine_on(pair).vocab_size), 6)
+    prompt = list(b"no repeats here at all")
+    reference = [
+        t.id for s in engine_on(pair).generate(prompt, TOKENS, SamplingParams()) for t in s
+    ]
+    decoder = BatchDecoder(engine)
+    sequence = decoder.start(prompt, TOKENS, SamplingParams(), GenerationStats())
+    out = [t.id for t in decoder.advance_prefill(sequence)]
+    while not out:
+        out = [t.id for t in decoder.advance_prefill(sequence)]
+    queued = drafted = 0
+    while not sequence.done:
+        matched = engine.drafter is not None and engine.drafter.proposes(
+            sequence.session.draft_cache
+        )
+        decoder.step([sequence], 6)
+        queued += sequence.queued is not None and not matched
+        drafted += matched
+        out += [t.id for t in sequence.tokens]
+    assert out == reference
+    assert queued > 0  # steps without a match ran pipelined
+    assert drafted > 0  # the model's own output repeats, so some steps drafted
+
+
 def test_lookup_requests_batched_equal_their_solo_outputs(pair: Pair) -> None:
     engine = engine_on(pair, NgramDrafter(engine_on(pair).vocab_size), 6)
     prompts = [COPYING, COPYING[5:], list(b"no repeats here at all")]
