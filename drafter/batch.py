@@ -152,9 +152,9 @@ class SharedArrays(ArraysCache):
 
 def pipelinable(session: Session) -> bool:
     """Classic rounds alone can be pipelined when no token's choice waits on the one
-    before it being counted (penalties) or matched (a grammar) and no drafter needs
-    the target's features (a lookup drafter reads only the emitted tokens)."""
-    return not session.taps and session.counts is None and session.constraint is None
+    before it being counted (penalties) or matched (a grammar). A feature-reading
+    drafter's context rows ride along with each queued feed."""
+    return session.counts is None and session.constraint is None
 
 
 def classic_now(session: Session, width: int) -> bool:
@@ -166,14 +166,16 @@ def classic_now(session: Session, width: int) -> bool:
 
 
 def queue_classic(session: Session, token: mx.array) -> Queued:
-    """Feed `token` (lazy) to the target and queue the choice of the one after it."""
+    """Feed `token` (lazy) to the target and queue the choice of the one after it (and,
+    for a feature-reading drafter, the fed row's features)."""
     ckpt, key = rollback.checkpoint(session.cache), session.chooser.key
-    logits = session.forward(token.reshape(1, 1), session.cache)[0][0]
+    logits, features = session.forward(token.reshape(1, 1), session.cache, taps=session.taps)
     current = Round(0, 1, mx.array([], dtype=mx.int32), None, ckpt)
-    session.judge(current, logits, None)
+    session.judge(current, logits[0], features)
     assert current.rows is not None and current.choices is not None
-    mx.async_eval(current.choices, *(current.report or []))
-    return Queued(ckpt, key, current.rows, current.choices)
+    queued = [current.choices, *(current.report or []), *([] if features is None else [features])]
+    mx.async_eval(*queued)
+    return Queued(ckpt, key, current.rows, current.choices, features)
 
 
 def unqueue(sequence: Sequence) -> None:
@@ -234,6 +236,7 @@ class Queued:
     key: mx.array  # the chooser's key before this choice (a sampled one draws a key)
     rows: mx.array  # (1, V) reported logprobs
     choice: mx.array  # (1,) the chosen token, lazy
+    features: mx.array | None = None  # (1, 1, F) the fed row's, for the drafter's context
 
 
 @dataclass(eq=False)
@@ -378,6 +381,8 @@ class BatchDecoder:
             sequence.queued = queue_classic(session, current.choice)
         token = current.choice.item()
         session.emitted([token])
+        if current.features is not None:  # the fed row is kept: the drafter takes it in
+            session.keep_features(current.features)
         sequence.emit([token], current.rows)
 
     def solo_round(self, sequence: Sequence, width: int) -> None:

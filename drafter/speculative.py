@@ -165,7 +165,8 @@ class Session:
             self.draft_cache = self.drafter.make_cache(engine.attention)
             stats.block_size = self.width
         self.cache: list[Any] = []  # the target's; prefill makes it (or restores it)
-        self.context: mx.array | None = None  # features not yet in the drafter's context
+        # Features of kept rows not yet in the drafter's context, in the order fed.
+        self.context: list[mx.array] | None = None
         self.chooser = TokenChooser(params)
         self.counts = mx.zeros((self.vocab,), mx.float32) if has_penalties(params) else None
         self.constraint = None if params.grammar is None else engine.constraint(params.grammar)
@@ -206,7 +207,7 @@ class Session:
             # first round.
             self.drafter.ingest(everything, self.draft_cache)
             mx.async_eval([c.state for c in self.draft_cache])
-            self.context = everything[:, :0]  # nothing new for the first round
+            self.context = [everything[:, :0]]  # nothing new for the first round
         self.emitted([anchor])
         return make_tokens([anchor], log_softmax(scores)[None], self.params)
 
@@ -256,9 +257,14 @@ class Session:
         (None for a drafter that reads none)."""
         if not self.taps:
             return None
-        context, self.context = self.context, None
-        assert context is not None, "a round needs the features of the tokens before it"
-        return context
+        pieces, self.context = self.context, None
+        assert pieces, "a round needs the features of the tokens before it"
+        return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=1)
+
+    def keep_features(self, features: mx.array) -> None:
+        """(1, n, F) features of rows the target was fed and kept: the drafter takes them
+        in with its next block."""
+        self.context = (self.context or []) + [features]
 
     def judge(self, current: Round, logits: mx.array, verified: mx.array | None) -> None:
         """Choose for every verify row at once (lazy). logits: (B, V) for this request."""
@@ -301,11 +307,7 @@ class Session:
             self.mark("rollback", [c.state for c in self.cache])
         self.emitted(tokens)
         if current.verified is not None:
-            features = current.verified[:, :kept]
-            earlier = self.context  # None, or what width-1 rounds left (empty after ingest)
-            if earlier is not None and earlier.shape[1] > 0:
-                features = mx.concatenate([earlier, features], axis=1)
-            self.context = features
+            self.keep_features(current.verified[:, :kept])
         assert current.rows is not None  # judge() chose them
         return tokens, current.rows[:kept]
 

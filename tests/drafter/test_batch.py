@@ -183,10 +183,14 @@ def test_stats_count_the_rounds_that_drafted(pair: Pair) -> None:
     assert all(s.rounds == 1 and s.drafted == WIDTH - 1 for s in stats)
 
 
-def test_a_pipelined_lone_request_joined_by_another_keeps_an_exact_cache(pair: Pair) -> None:
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_a_pipelined_lone_request_joined_by_another_keeps_an_exact_cache(
+    pair: Pair, speculative: bool
+) -> None:
     """Alone, classic steps are pipelined (the next token is fed before this one is
-    read); when a second request joins, that feed is taken back out."""
-    eng = engine(pair, False)
+    read), in a speculative server too; when a second request joins, that feed is
+    taken back out."""
+    eng = engine(pair, speculative)
     first, second = requests(2, seed=13)
     decoder = BatchDecoder(eng)
     lone = decoder.start(first.prompt, 40, first.params, GenerationStats(), True)
@@ -204,3 +208,30 @@ def test_a_pipelined_lone_request_joined_by_another_keeps_an_exact_cache(pair: P
     attention = [c for c in lone.session.cache if hasattr(c, "offset")]
     fed = len(first.prompt) + lone.emitted - 1  # every emitted token but the last
     assert attention and all(c.offset == fed for c in attention)
+
+
+@pytest.mark.parametrize("widths", [[1, 1, 1, 4], [4, 1], [1, 1, 1, 1, 1, 1, 1, 2]])
+def test_a_lone_request_leaving_and_resuming_speculation_is_exact(
+    pair: Pair, widths: list[int]
+) -> None:
+    """Pipelined classic steps keep the drafter's context rows, so speculation resumes
+    after them with no re-prefill: after every step the drafter holds or has pending
+    a context row for each token the target was fed, and the output stays classic's."""
+    eng = engine(pair, True)
+    request = requests(1, seed=17)[0]
+    decoder = BatchDecoder(eng)
+    lone = decoder.start(request.prompt, 40, request.params, GenerationStats(), True)
+    out: list[int] = []
+    while lone.prefill is not None:
+        out += [token.id for token in decoder.advance_prefill(lone)]
+    step = 0
+    while not lone.done:
+        decoder.step([lone], widths[step % len(widths)])
+        out += [token.id for token in lone.tokens]
+        step += 1
+        session = lone.session
+        pending = sum(piece.shape[1] for piece in session.context or [])
+        fed = len(request.prompt) + lone.emitted - 1  # every emitted token but the last
+        assert session.draft_cache[0].offset + pending == fed, f"step {step}"
+    request.max_tokens = 40
+    assert out == solo(eng, request)
