@@ -313,24 +313,25 @@ class BatchDecoder:
         sequence.emitted, sequence.anchor, sequence.tokens = 1, first[0].id, first
         return first
 
-    def step(self, sequences: list[Sequence], width: int) -> None:
+    def step(self, sequences: list[Sequence], width: int) -> int:
         """One round over every decoding sequence at `width` rows each (1: a classic
-        step); each sequence's `tokens` then holds what it emitted."""
+        step); each sequence's `tokens` then holds what it emitted. Returns the width
+        that ran: 1 where a lone request's step was classic (its lookup found nothing)."""
         if not sequences:
-            return
+            return width
         width = min(width, self.width)
         alone = sequences[0].session
         if len(sequences) == 1 and pipelinable(alone) and classic_now(alone, width):
             self.release()
             self.pipelined_step(sequences[0])
-            return
+            return 1
         for sequence in sequences:
             unqueue(sequence)
         if len(sequences) == 1 or not all(batchable(s.session.cache) for s in sequences):
             self.release()
             for sequence in sequences:
                 self.solo_round(sequence, width)
-            return
+            return width
         if self.state is None or self.state.sequences != sequences:
             self.release()
             self.state = BatchState(sequences)
@@ -362,6 +363,7 @@ class BatchDecoder:
         # The target cache keeps every emitted token's row: the anchor and the drafts
         # before the last emitted token (the next anchor).
         state.commit([len(sequence.tokens) for sequence in sequences])
+        return width
 
     def release(self) -> None:
         """Give the sequences of the shared state their own caches back."""

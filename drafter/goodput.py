@@ -6,17 +6,22 @@ yield. One stream has idle hardware to spend on them; a full batch may not
 process keeps two measurements and picks, per step, the width with the most
 expected tokens per second:
 
-    tokens(w) = B * (1 + sum_{k=1}^{w-1} P(the first k drafts are accepted))
-    cost(w, B) = the step's measured wall time at that width and batch size
+    tokens(w)  = mean over the step's requests of 1 + sum_{k=1}^{w-1} P_r(first k accepted)
+    cost(w, B) = B * the measured wall time per request of a step at width w, at
+                 batch sizes of B's size class (1, 2, 3-4, 5-8, ...)
     width      = argmax_w tokens(w) / cost(w, B),  w in {1, 2, 4, ..., ceiling}
 
-P(first k accepted) is counted over every speculating round, decayed so the
-estimate follows the traffic; cost is the median of the last `SAMPLES` step
-times per (w, B), so one slow step (a page fault, a collection) cannot rule a
-width out. A width not yet measured at this batch size is tried once, and every
-`REPROBE` steps the least recently measured one is tried again. Width 1 is a
-classic step (no drafter). A batch of one always runs at the ceiling, the
-startup-resolved width, which stays the default (see DESIGN.md).
+Width 1 is a classic step; a lone request's is pipelined as a classic server's is
+(drafter/batch.py), so its cost is the real classic cost. P_r is the request's own
+acceptance, decayed over its recent rounds and starting from the pooled estimate of
+every request: a request whose drafts do not pay is decoded classically, alone or in
+a batch of such requests, and comes back to speculation when a re-measurement finds
+its drafts accepted again. Costs are the median of the last `SAMPLES` steps per
+(width, size class), so one slow step (a page fault, a collection) cannot rule a
+width out. A width not yet measured at a size class is tried once, widest first
+(the startup-resolved width is the default, see DESIGN.md), and every REPROBE steps
+the least recently measured one is tried again; while re-measuring changes
+nothing, a size class waits twice as long each time, up to MAX_REPROBE steps.
 No MLX here: the scheduler feeds it numbers.
 """
 
@@ -24,11 +29,15 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-DECAY = 0.995  # per observed round: the acceptance counts' memory is ~200 rounds
-SAMPLES = 5  # step times kept per (width, batch size)
-REPROBE = 16  # steps between re-measurements of the stalest width
+DECAY = 0.995  # per observed round: the pooled counts' memory is ~200 rounds
+REQUEST_DECAY = 0.9  # per round of that request: its own counts' memory is ~10 rounds
+PRIOR = 4.0  # rounds of the pooled estimate a request's own counts start from
+SAMPLES = 5  # step times kept per (width, size class)
+REPROBE = 16  # steps between re-measurements of the stalest width, at first
+MAX_REPROBE = 256  # ... and at most, while re-measuring changes nothing
 
 
 def candidate_widths(ceiling: int) -> list[int]:
@@ -40,66 +49,122 @@ def candidate_widths(ceiling: int) -> list[int]:
     return widths + ([ceiling] if ceiling > 1 else [])
 
 
+def size_class(batch: int) -> int:
+    """The power of two at or above `batch`: steps of 5 to 8 requests share costs."""
+    size = 1
+    while size < batch:
+        size *= 2
+    return size
+
+
 @dataclass
 class Choice:
     width: int
-    reason: str  # "single" | "explore" | "reprobe" | "goodput" | "seeded"
+    reason: str  # "explore" | "reprobe" | "goodput" | "seeded" | "classic"
     expected: dict[int, float] = field(default_factory=dict)  # width -> tokens/s estimate
+
+
+class Acceptance:
+    """Decayed counts per draft position k (1-based): rounds that drafted it (`reached`)
+    and rounds whose first k drafts were all accepted (`accepted`)."""
+
+    def __init__(self, ceiling: int, decay: float) -> None:
+        self.decay = decay
+        self.reached = [0.0] * ceiling
+        self.accepted = [0.0] * ceiling
+
+    def observe(self, width: int, accepted: int) -> None:
+        for k in range(1, len(self.reached)):
+            self.reached[k] *= self.decay
+            self.accepted[k] *= self.decay
+        for k in range(1, width):
+            self.reached[k] += 1.0
+            if accepted >= k:
+                self.accepted[k] += 1.0
+
+    def rate(self, k: int, prior: float, weight: float) -> float:
+        """P(the first k drafts are accepted): the counts over `weight` rounds of `prior`."""
+        return (self.accepted[k] + weight * prior) / (self.reached[k] + weight)
+
+
+@dataclass
+class Reprobe:
+    """When a size class next re-measures its stalest width, and how long it waits."""
+
+    interval: int = REPROBE
+    due: int = REPROBE
+    best: int | None = None  # the goodput choice when it last re-measured
 
 
 class WidthControl:
     def __init__(self, ceiling: int) -> None:
         self.ceiling = ceiling
         self.widths = candidate_widths(ceiling)
-        # reached[k]: decayed count of rounds that drafted position k (1-based);
-        # accepted[k]: of those, rounds whose first k drafts were all accepted.
-        self.reached = [0.0] * ceiling
-        self.accepted = [0.0] * ceiling
-        self.times: dict[tuple[int, int], deque[float]] = {}
+        self.pooled = Acceptance(ceiling, DECAY)
+        self.requests: dict[Hashable, Acceptance] = {}
+        self.times: dict[tuple[int, int], deque[float]] = {}  # seconds per request
         self.measured_at: dict[tuple[int, int], int] = {}
+        self.reprobes: dict[int, Reprobe] = {}
         self.steps = 0
 
-    def acceptance(self, k: int) -> float:
-        """P(the first k drafts are accepted), with a weak prior of 1/2 per position."""
-        return (self.accepted[k] + 0.5) / (self.reached[k] + 1.0)
+    def acceptance(self, k: int, request: Hashable | None = None) -> float:
+        """P(the first k drafts are accepted), pooled (a weak prior of 1/2 per position)
+        or for one request (its own rounds, starting from the pooled estimate)."""
+        pooled = self.pooled.rate(k, 0.5, 1.0)
+        own = self.requests.get(request) if request is not None else None
+        return pooled if own is None else own.rate(k, pooled, PRIOR)
 
-    def expected_tokens(self, width: int) -> float:
+    def expected_tokens(self, width: int, request: Hashable | None = None) -> float:
         """Tokens one request emits per round at `width`."""
-        return 1.0 + sum(self.acceptance(k) for k in range(1, width))
+        return 1.0 + sum(self.acceptance(k, request) for k in range(1, width))
 
-    def choose(self, batch: int, seeded: bool = False) -> Choice:
-        """The step's width. seeded: a seeded sampled request is in the step; it runs at
-        the ceiling, whatever was measured, so its random draws repeat."""
+    def choose(self, requests: Sequence[Hashable], seeded: bool = False) -> Choice:
+        """The step's width for these requests. seeded: a seeded sampled request is in
+        the step; it runs at the ceiling, whatever was measured, so its random draws
+        repeat."""
         self.steps += 1
         if seeded:
             return Choice(self.ceiling, "seeded")
-        if batch <= 1 or self.ceiling <= 1:
-            return Choice(self.ceiling, "single")
-        unmeasured = [w for w in self.widths if (w, batch) not in self.times]
+        if self.ceiling <= 1:
+            return Choice(1, "classic")
+        size = size_class(len(requests))
+        unmeasured = [w for w in reversed(self.widths) if (w, size) not in self.times]
         if unmeasured:
             return Choice(unmeasured[0], "explore")
-        if self.steps % REPROBE == 0:
-            stalest = min(self.widths, key=lambda w: self.measured_at[(w, batch)])
-            return Choice(stalest, "reprobe")
-        expected = {w: batch * self.expected_tokens(w) / self.cost(w, batch) for w in self.widths}
-        return Choice(max(expected, key=expected.__getitem__), "goodput", expected)
+        batch = len(requests)
+        expected = {
+            w: sum(self.expected_tokens(w, r) for r in requests) / (batch * self.cost(w, size))
+            for w in self.widths
+        }
+        best = max(expected, key=expected.__getitem__)
+        reprobe = self.reprobes.setdefault(size, Reprobe())
+        if self.steps >= reprobe.due:
+            reprobe.interval = (
+                min(2 * reprobe.interval, MAX_REPROBE) if best == reprobe.best else REPROBE
+            )
+            reprobe.due, reprobe.best = self.steps + reprobe.interval, best
+            stalest = min(self.widths, key=lambda w: self.measured_at[(w, size)])
+            return Choice(stalest, "reprobe", expected)
+        return Choice(best, "goodput", expected)
 
-    def cost(self, width: int, batch: int) -> float:
-        return statistics.median(self.times[(width, batch)])
+    def cost(self, width: int, size: int) -> float:
+        """Seconds per request of a step at `width`, at batch sizes of class `size`."""
+        return statistics.median(self.times[(width, size)])
 
     def observe_step(self, width: int, batch: int, seconds: float) -> None:
-        key = (width, batch)
-        self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds)
+        key = (width, size_class(batch))
+        self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
         self.measured_at[key] = self.steps
 
-    def observe_round(self, width: int, accepted: int) -> None:
+    def observe_round(self, width: int, accepted: int, request: Hashable | None = None) -> None:
         """One request's round: `accepted` of its width - 1 drafts were kept."""
         if width <= 1:
             return
-        for k in range(1, self.ceiling):
-            self.reached[k] *= DECAY
-            self.accepted[k] *= DECAY
-        for k in range(1, width):
-            self.reached[k] += 1.0
-            if accepted >= k:
-                self.accepted[k] += 1.0
+        self.pooled.observe(width, accepted)
+        if request is not None:
+            own = self.requests.setdefault(request, Acceptance(self.ceiling, REQUEST_DECAY))
+            own.observe(width, accepted)
+
+    def forget(self, request: Hashable) -> None:
+        """The request ended: its own counts go."""
+        self.requests.pop(request, None)

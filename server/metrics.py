@@ -90,10 +90,11 @@ class Metrics:
         )
         self.batch_width = Counter(
             "draftwise_batch_width_decisions",
-            "Decoding steps by verify width (1 = classic) and why it was chosen "
-            "(single: one sequence, at the resolved width; explore/reprobe: measuring; "
-            "goodput: the most expected tokens per second)",
-            ["width", "reason"],
+            "Decoding steps by batch size class (1, 2, 4, 8, ...: the sizes up to it), verify "
+            "width (1 = classic) and why it was chosen (explore/reprobe: measuring; goodput: "
+            "the most expected tokens per second; seeded: a seeded request, at the resolved "
+            "width; classic: no drafter)",
+            ["batch", "width", "reason"],
             registry=r,
         )
         self.prompt_cache_seen = (0, 0, 0)  # the cache's (hits, misses, tokens) last recorded

@@ -27,7 +27,7 @@ import structlog
 
 from drafter.batch import BatchDecoder, Sequence
 from drafter.engine import Engine
-from drafter.goodput import WidthControl
+from drafter.goodput import WidthControl, size_class
 from server.events import ChoicePlan, Done, Failed, Job, Usage
 from server.generation import ChoiceRun, Echoes, TokenNames
 from server.metrics import Metrics
@@ -75,7 +75,7 @@ class Scheduler:
         self.control = WidthControl(self.decoder.width)
         self.states: list[JobState] = []
         self.stopping = False  # the sentinel arrived: finish what runs, admit nothing
-        self.width: int | None = None  # the last goodput decision, for the log
+        self.widths: dict[int, int] = {}  # size class -> its last goodput decision, for the log
 
     def run(self) -> None:
         while not (self.stopping and not self.states):
@@ -166,22 +166,22 @@ class Scheduler:
         seeded = any(
             s.session.params.seed is not None and not s.session.params.greedy for s in sequences
         )
-        choice = self.control.choose(len(sequences), seeded)
+        choice = self.control.choose(sequences, seeded)
         self.record_decision(choice.width, choice.reason, len(sequences), choice.expected)
         began = time.perf_counter()
         try:
-            self.decoder.step(sequences, choice.width)
+            ran = self.decoder.step(sequences, choice.width)
         except Exception as error:
             for state in {id(state): state for state, _ in members}.values():
                 self.end_failed(state, error)
             return
         seconds = time.perf_counter() - began
-        self.control.observe_step(choice.width, len(sequences), seconds)
+        self.control.observe_step(ran, len(sequences), seconds)
         for _, running in members:
             running.run.stats.decode_s += seconds
         emitted = 0
         for sequence in sequences:
-            self.control.observe_round(choice.width, sequence.accepted)
+            self.control.observe_round(ran, sequence.accepted, sequence)
             emitted += len(sequence.tokens)
         self.metrics.batch_step_tokens.observe(emitted)
         for state, running in members:
@@ -191,12 +191,13 @@ class Scheduler:
     def record_decision(
         self, width: int, reason: str, batch: int, expected: dict[int, float]
     ) -> None:
+        size = size_class(batch)
         self.metrics.batch_size.observe(batch)
-        self.metrics.batch_width.labels(width=str(width), reason=reason).inc()
-        if reason == "goodput" and width != self.width:
+        self.metrics.batch_width.labels(batch=str(size), width=str(width), reason=reason).inc()
+        if reason == "goodput" and width != self.widths.get(size):
             estimates = {str(w): round(v, 1) for w, v in expected.items()}
-            log.info("batch.width", width=width, batch=batch, tokens_per_s=estimates)
-            self.width = width
+            log.debug("batch.width", width=width, batch=batch, tokens_per_s=estimates)
+            self.widths[size] = width
 
     def deliver(self, state: JobState, running: Running) -> None:
         """Hand the sequence's new tokens to its text; end the choice if it is over."""
@@ -207,6 +208,7 @@ class Scheduler:
             return
         if stopped or running.sequence.done:
             state.running.remove(running)
+            self.control.forget(running.sequence)
             self.end_choice(state, running.run)
 
     # -- endings -------------------------------------------------------------------------
@@ -238,6 +240,8 @@ class Scheduler:
         self.end(state, Failed("error", f"{type(error).__name__}: {error}"))
 
     def end(self, state: JobState, event: Done | Failed) -> None:
+        for running in state.running:
+            self.control.forget(running.sequence)
         if state in self.states:
             self.states.remove(state)
             state.job.emit(event)

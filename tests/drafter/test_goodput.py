@@ -1,16 +1,29 @@
-"""The per-step width choice: measured cost and acceptance decide, a lone sequence keeps
-the resolved width, and every width is measured before it can be ruled out."""
+"""The per-step width choice: measured cost and each request's acceptance decide, a
+lone request starts at the resolved width, and every width is measured before it can
+be ruled out."""
 
 from __future__ import annotations
 
-from drafter.goodput import REPROBE, Choice, WidthControl, candidate_widths
+from drafter.goodput import (
+    MAX_REPROBE,
+    REPROBE,
+    Choice,
+    WidthControl,
+    candidate_widths,
+    size_class,
+)
 
 
-def measured(control: WidthControl, batch: int, cost: dict[int, float]) -> None:
+def measured(control: WidthControl, requests: list[str], cost: dict[int, float]) -> None:
+    """Explore every width once; cost: a step's seconds at each width."""
     for _ in control.widths:
-        choice = control.choose(batch)
+        choice = control.choose(requests)
         assert choice.reason == "explore"
-        control.observe_step(choice.width, batch, cost[choice.width])
+        control.observe_step(choice.width, len(requests), cost[choice.width])
+
+
+def batch(n: int) -> list[str]:
+    return [f"r{i}" for i in range(n)]
 
 
 def test_candidates_are_classic_powers_of_two_and_the_ceiling() -> None:
@@ -20,51 +33,81 @@ def test_candidates_are_classic_powers_of_two_and_the_ceiling() -> None:
     assert candidate_widths(16) == [1, 2, 4, 8, 16]
 
 
-def test_a_lone_sequence_runs_at_the_resolved_width() -> None:
+def test_batch_sizes_share_costs_by_power_of_two_class() -> None:
+    assert [size_class(b) for b in (1, 2, 3, 4, 5, 8, 9, 32)] == [1, 2, 4, 4, 8, 8, 16, 32]
+
+
+def test_a_lone_request_starts_at_the_resolved_width() -> None:
     control = WidthControl(8)
-    choice = control.choose(1)
-    assert (choice.width, choice.reason) == (8, "single")
+    assert control.choose(["a"]) == Choice(8, "explore")
 
 
-def test_every_width_is_measured_at_a_batch_size_before_goodput_decides() -> None:
+def test_every_width_is_measured_at_a_size_class_before_goodput_decides() -> None:
     control = WidthControl(4)
-    seen = set()
+    seen = []
     for _ in control.widths:
-        choice = control.choose(3)
-        seen.add(choice.width)
+        choice = control.choose(batch(3))
+        seen.append(choice.width)
         control.observe_step(choice.width, 3, 0.1)
-    assert seen == {1, 2, 4}
-    assert control.choose(3).reason == "goodput"
-    assert control.choose(5).reason == "explore"  # another batch size: measured afresh
+    assert seen == [4, 2, 1]  # widest first
+    assert control.choose(batch(4)).reason == "goodput"  # 3 and 4 share a class
+    assert control.choose(batch(5)).reason == "explore"  # another class: measured afresh
 
 
 def test_speculation_is_dropped_when_its_rows_cost_more_than_they_yield() -> None:
     control = WidthControl(4)
-    measured(control, 8, {1: 0.10, 2: 0.19, 4: 0.38})  # rows cost in proportion
+    measured(control, batch(8), {1: 0.10, 2: 0.19, 4: 0.38})  # rows cost in proportion
     for _ in range(200):
         control.observe_round(4, 0)  # nothing accepted
-    assert control.choose(8).width == 1
+    assert control.choose(batch(8)).width == 1
 
 
 def test_speculation_is_kept_when_rows_are_cheap_and_drafts_accepted() -> None:
     control = WidthControl(4)
-    measured(control, 2, {1: 0.10, 2: 0.105, 4: 0.11})  # rows nearly free
+    measured(control, batch(2), {1: 0.10, 2: 0.105, 4: 0.11})  # rows nearly free
     for _ in range(200):
         control.observe_round(4, 3)  # every draft accepted
-    choice = control.choose(2)
+    choice = control.choose(batch(2))
     assert choice.width == 4
     assert choice.expected[4] > 3 * choice.expected[1]
+    assert 70 < choice.expected[4] < 73  # tokens per second: 2 x ~3.98 tokens in 0.11 s
 
 
-def test_the_stalest_width_is_measured_again_periodically() -> None:
+def test_a_request_whose_drafts_do_not_pay_decodes_classically_and_comes_back() -> None:
     control = WidthControl(4)
-    measured(control, 2, {1: 0.1, 2: 0.2, 4: 0.4})
-    reasons = []
-    for _ in range(REPROBE):
-        choice = control.choose(2)
-        reasons.append(choice.reason)
+    measured(control, ["good"], {1: 0.010, 2: 0.016, 4: 0.018})
+    for _ in range(50):
+        control.observe_round(4, 3, "good")
+        control.observe_round(4, 0, "poor")
+    assert control.choose(["good"]).width == 4
+    assert control.choose(["poor"]).width == 1  # off for this request only
+    for _ in range(20):  # its re-measured rounds find its drafts accepted again
+        control.observe_round(4, 3, "poor")
+    assert control.choose(["poor"]).width == 4
+    control.forget("poor")
+    assert "poor" not in control.requests
+
+
+def test_a_new_request_starts_from_every_requests_acceptance() -> None:
+    control = WidthControl(4)
+    for _ in range(100):
+        control.observe_round(4, 3, "old")
+    assert control.expected_tokens(4, "new") == control.expected_tokens(4) > 3.5
+
+
+def test_re_measuring_backs_off_while_it_changes_nothing() -> None:
+    control = WidthControl(4)
+    measured(control, batch(2), {1: 0.1, 2: 0.2, 4: 0.4})
+    at = []
+    for step in range(600):
+        choice = control.choose(batch(2))
+        if choice.reason == "reprobe":
+            at.append(step)
         control.observe_step(choice.width, 2, 0.1 * choice.width)
-    assert "reprobe" in reasons
+    gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
+    assert at[0] < REPROBE
+    assert gaps[:3] == [REPROBE, 2 * REPROBE, 4 * REPROBE]
+    assert max(gaps) == MAX_REPROBE
 
 
 def test_acceptance_decays_toward_recent_rounds() -> None:
@@ -79,16 +122,20 @@ def test_acceptance_decays_toward_recent_rounds() -> None:
 
 def test_one_slow_step_does_not_rule_a_width_out() -> None:
     control = WidthControl(4)
-    measured(control, 8, {1: 0.10, 2: 0.2, 4: 0.4})
+    measured(control, batch(8), {1: 0.10, 2: 0.2, 4: 0.4})
     for _ in range(2):
         control.observe_step(1, 8, 0.10)
     control.observe_step(1, 8, 5.0)  # one stall
-    assert control.choose(8).width == 1
+    assert control.choose(batch(8)).width == 1
 
 
 def test_a_seeded_step_runs_at_the_ceiling_whatever_was_measured() -> None:
     control = WidthControl(8)
     for _ in range(20):
-        choice = control.choose(4)
+        choice = control.choose(batch(4))
         control.observe_step(choice.width, 4, 0.01 * choice.width)
-    assert control.choose(4, seeded=True) == Choice(8, "seeded")
+    assert control.choose(batch(4), seeded=True) == Choice(8, "seeded")
+
+
+def test_without_a_drafter_every_step_is_classic() -> None:
+    assert WidthControl(1).choose(batch(3)) == Choice(1, "classic")
