@@ -9,7 +9,8 @@ expected tokens per second:
     tokens(w)  = mean over the step's requests of 1 + sum_{k=1}^{w-1} P_r(first k accepted)
     cost(w, B) = B * the measured wall time per request of a step at width w, at
                  batch sizes of B's size class (1, 2, 3-4, 5-8, ...)
-    width      = argmax_w tokens(w) / cost(w, B),  w in {1, 2, 4, ..., ceiling}
+    width      = argmax_w tokens(w) / cost(w, B),  w in {1, 2, 4, ..., ceiling},
+                 and 1 unless that promises MARGIN more than a classic step
 
 Width 1 is a classic step; a lone request's is pipelined as a classic server's is
 (drafter/batch.py), so its cost is the real classic cost. P_r is the request's own
@@ -38,6 +39,9 @@ PRIOR = 4.0  # rounds of the pooled estimate a request's own counts start from
 SAMPLES = 5  # step times kept per (width, size class)
 REPROBE = 16  # steps between re-measurements of the stalest width, at first
 MAX_REPROBE = 256  # ... and at most, while re-measuring changes nothing
+# What speculation must promise over a classic step to be chosen: the estimates are
+# medians of a few noisy steps, and a classic step is the cheaper one to get wrong.
+MARGIN = 1.05
 
 
 def candidate_widths(ceiling: int) -> list[int]:
@@ -137,6 +141,8 @@ class WidthControl:
             for w in self.widths
         }
         best = max(expected, key=expected.__getitem__)
+        if expected[best] < MARGIN * expected[1]:
+            best = 1
         reprobe = self.reprobes.setdefault(size, Reprobe())
         if self.steps >= reprobe.due:
             reprobe.interval = (

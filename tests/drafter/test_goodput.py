@@ -139,3 +139,13 @@ def test_a_seeded_step_runs_at_the_ceiling_whatever_was_measured() -> None:
 
 def test_without_a_drafter_every_step_is_classic() -> None:
     assert WidthControl(1).choose(batch(3)) == Choice(1, "classic")
+
+
+def test_speculation_must_promise_a_margin_over_a_classic_step() -> None:
+    control = WidthControl(2)
+    measured(control, batch(8), {1: 0.100, 2: 0.145})
+    for i in range(300):
+        control.observe_round(2, i % 2)  # half the drafts kept
+    choice = control.choose(batch(8))
+    assert 1.0 < choice.expected[2] / choice.expected[1] < 1.05  # ahead on paper, by less
+    assert choice.width == 1
