@@ -3,7 +3,10 @@
 # SmolLM2 GGUF, as one xz tar split into parts of PART_BYTES (default 9 MB; .payload00/,
 # .payload01/, ...), one carried per device call: a call carries at most 64 MiB, and the
 # tree itself is about 57 MB (the default drafter and the records), so larger parts can
-# pass the limit.
+# pass the limit. With PART_BYTES=45000000 the payload is 4 parts: move
+# drafter/default_pair/model.safetensors aside (38 MB; `mv`, so a running server keeps
+# its file) and leave a placeholder for the part calls only, then move it back before
+# the call that serves.
 # Keep them out of git: add `/.payload*/` to .git/info/exclude.
 # Usage: scripts/h200/payload.sh [workdir]
 set -euo pipefail
