@@ -30,22 +30,36 @@ SURE, UNSURE = 0.0, -1e4  # a draft's scores: its own token, and every other row
 
 @dataclass
 class History:
-    """One request's tokens so far: its draft "cache"."""
+    """One request's tokens so far: its draft "cache". The lookup runs once per length
+    of it: a lone step asks whether it drafts (`proposes`), then for the drafts."""
 
     tokens: list[int] = field(default_factory=list)
+    looked_up: tuple[int, int | None] = (-1, None)  # (at this length, where drafts start)
+
+    def follow(self, count: int) -> list[int]:
+        """lookup(self.tokens, count)."""
+        if self.looked_up[0] != len(self.tokens):
+            self.looked_up = (len(self.tokens), follow_start(self.tokens))
+        start = self.looked_up[1]
+        return [] if start is None else self.tokens[start : start + count]
 
 
-def lookup(tokens: list[int], count: int) -> list[int]:
-    """Up to `count` tokens that followed the latest earlier occurrence of the longest
-    suffix of `tokens` (MAX_NGRAM down to MIN_NGRAM tokens long); [] when none recurs."""
+def follow_start(tokens: list[int]) -> int | None:
+    """Where the tokens that followed the latest earlier occurrence of the longest suffix
+    of `tokens` (MAX_NGRAM down to MIN_NGRAM tokens long) start; None when none recurs."""
     for n in range(min(MAX_NGRAM, len(tokens) - 1), MIN_NGRAM - 1, -1):
         suffix = tokens[-n:]
         for start in range(len(tokens) - n - 1, -1, -1):
             if tokens[start : start + n] == suffix:
-                follow = tokens[start + n : start + n + count]
-                if follow:
-                    return follow
-    return []
+                return start + n  # before the last token: something follows
+    return None
+
+
+def lookup(tokens: list[int], count: int) -> list[int]:
+    """Up to `count` tokens that followed the latest earlier occurrence of the longest
+    suffix of `tokens`; [] when none recurs."""
+    start = follow_start(tokens)
+    return [] if start is None else tokens[start : start + count]
 
 
 class NgramDrafter:
@@ -81,13 +95,13 @@ class NgramDrafter:
     def proposes(self, cache: list[Any]) -> bool:
         """Whether the lookup finds a draft now: when not, a lone request's step is
         classic decode's, pipelined (drafter/batch.py)."""
-        return bool(lookup(cache[0].tokens, 1))
+        return bool(cache[0].follow(1))
 
     def draft_scores(
         self, anchor: int, features: mx.array | None, cache: list[Any], width: int
     ) -> DraftScores:
         """Scores for the drafts the lookup finds, up to width - 1 of them (maybe none)."""
-        return scores_of(lookup(cache[0].tokens, width - 1), self.vocab_size)
+        return scores_of(cache[0].follow(width - 1), self.vocab_size)
 
     def draft_scores_batch(
         self,
@@ -100,9 +114,8 @@ class NgramDrafter:
         the padding repeats the request's last token."""
         rows = []
         for cache in caches:
-            history = cache[0].tokens
-            found = lookup(history, width - 1)
-            rows.append(found + [history[-1]] * (width - 1 - len(found)))
+            found = cache[0].follow(width - 1)
+            rows.append(found + [cache[0].tokens[-1]] * (width - 1 - len(found)))
         ids = mx.array(rows, dtype=mx.int32)  # (B, width - 1)
         scores = mx.where(ids[..., None] == mx.arange(self.vocab_size), SURE, UNSURE)
         return DraftScores(scores)
