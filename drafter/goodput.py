@@ -111,16 +111,27 @@ class WidthControl:
         self.reprobes: dict[int, Reprobe] = {}
         self.steps = 0
 
-    def acceptance(self, k: int, request: Hashable | None = None) -> float:
-        """P(the first k drafts are accepted), pooled (a weak prior of 1/2 per position)
-        or for one request (its own rounds, starting from the pooled estimate)."""
-        pooled = self.pooled.rate(k, 0.5, 1.0)
+    def pooled_rates(self) -> list[float]:
+        """P(the first k drafts are accepted) over every request, k = 1 .. ceiling - 1
+        (entry 0 unused), with a weak prior of 1/2 per position."""
+        return [self.pooled.rate(k, 0.5, 1.0) for k in range(self.ceiling)]
+
+    def tokens_by_width(
+        self, request: Hashable | None, pooled: list[float] | None = None
+    ) -> list[float]:
+        """Tokens one request emits per round at widths 1 .. ceiling (entry w - 1), from
+        its own rounds starting from the pooled estimate (`pooled_rates`), or pooled."""
+        pooled = self.pooled_rates() if pooled is None else pooled
         own = self.requests.get(request) if request is not None else None
-        return pooled if own is None else own.rate(k, pooled, PRIOR)
+        tokens = [1.0]
+        for k in range(1, self.ceiling):
+            rate = pooled[k] if own is None else own.rate(k, pooled[k], PRIOR)
+            tokens.append(tokens[-1] + rate)
+        return tokens
 
     def expected_tokens(self, width: int, request: Hashable | None = None) -> float:
         """Tokens one request emits per round at `width`."""
-        return 1.0 + sum(self.acceptance(k, request) for k in range(1, width))
+        return self.tokens_by_width(request)[width - 1]
 
     def choose(self, requests: Sequence[Hashable], seeded: bool = False) -> Choice:
         """The step's width for these requests. seeded: a seeded sampled request is in
@@ -135,9 +146,11 @@ class WidthControl:
         unmeasured = [w for w in reversed(self.widths) if (w, size) not in self.times]
         if unmeasured:
             return Choice(unmeasured[0], "explore")
+        pooled = self.pooled_rates()  # once a step, each request's sums once
+        per_request = [self.tokens_by_width(r, pooled) for r in requests]
         batch = len(requests)
         expected = {
-            w: sum(self.expected_tokens(w, r) for r in requests) / (batch * self.cost(w, size))
+            w: sum(t[w - 1] for t in per_request) / (batch * self.cost(w, size))
             for w in self.widths
         }
         best = max(expected, key=expected.__getitem__)
