@@ -212,6 +212,12 @@ class SharedCaches:
         for layer in self.layers:
             layer.commit(kept)
 
+    @property
+    def by_length(self) -> bool:
+        """Whether every layer keeps or drops rows by a length alone (attention only),
+        so a fed row can stay uncommitted while the next step is queued."""
+        return all(isinstance(layer, SharedKV) for layer in self.layers)
+
 
 class BatchState(SharedCaches):
     """The target caches of a fixed set of sequences, shared per layer. Built when the
@@ -237,6 +243,21 @@ class Queued:
     rows: mx.array  # (1, V) reported logprobs
     choice: mx.array  # (1,) the chosen token, lazy
     features: mx.array | None = None  # (1, 1, F) the fed row's, for the drafter's context
+
+
+@dataclass
+class QueuedBatch:
+    """A batch's classic step in flight: its forward queued over the shared caches (the
+    fed rows not yet committed), each request's choice judged but not read."""
+
+    sequences: list[Sequence]
+    rounds: list[Round]  # width 1 each: `choices` (1,) and `rows`, lazy
+    features: mx.array | None  # (B, 1, F) the fed rows', for the drafter's context
+
+    @property
+    def choices(self) -> mx.array:
+        """(B,) the chosen tokens, lazy: the next step's fed rows."""
+        return mx.concatenate([current.choices for current in self.rounds])
 
 
 @dataclass(eq=False)
@@ -286,6 +307,7 @@ class BatchDecoder:
         loaded = block if engine.speculative and block is not None else 1
         self.width = loaded if width is None else width  # the ceiling
         self.state: BatchState | None = None  # the shared caches of the last batch
+        self.queued: QueuedBatch | None = None  # a batched classic step in flight
 
     def start(
         self,
@@ -320,6 +342,9 @@ class BatchDecoder:
         if not sequences:
             return width
         width = min(width, self.width)
+        if self.queued is not None:  # a batched classic step is in flight: take it
+            self.take_queued(sequences, queue_next=width == 1)
+            return 1
         alone = sequences[0].session
         if len(sequences) == 1 and pipelinable(alone) and classic_now(alone, width):
             self.release()
@@ -339,6 +364,10 @@ class BatchDecoder:
         sessions = [sequence.session for sequence in sequences]
         anchors = [sequence.anchor for sequence in sequences if sequence.anchor is not None]
         assert len(anchors) == len(sequences)  # decoding sequences have emitted a token
+        if width == 1 and state.by_length and all(map(pipelinable, sessions)):
+            self.queued = self.queue_batch(sequences, mx.array(anchors))
+            self.take_queued(sequences, queue_next=True)
+            return 1
         drafted: list[DraftScores | None] = [None] * len(sessions)
         drafter = self.engine.drafter
         if width > 1 and drafter is not None:  # one drafter forward for every request
@@ -366,10 +395,59 @@ class BatchDecoder:
         return width
 
     def release(self) -> None:
-        """Give the sequences of the shared state their own caches back."""
+        """Give the sequences of the shared state their own caches back (a queued
+        step's rows were never committed: they go)."""
+        self.queued = None
         if self.state is not None:
             self.state.release()
             self.state = None
+
+    def queue_batch(self, sequences: list[Sequence], tokens: mx.array) -> QueuedBatch:
+        """Feed `tokens` (B,), one row per sequence, over the shared caches and queue
+        each request's choice of the token after its row."""
+        assert self.state is not None
+        sessions = [sequence.session for sequence in sequences]
+        logits, features = self.engine.forward(
+            tokens[:, None], self.state.layers, taps=sessions[0].taps
+        )
+        rounds = []
+        for b, session in enumerate(sessions):
+            current = Round(0, 1, mx.array([], dtype=mx.int32), None, None)
+            session.judge(current, logits[b], None)
+            rounds.append(current)
+        queued = QueuedBatch(list(sequences), rounds, features)
+        extra = [] if features is None else [features]
+        mx.async_eval(queued.choices, *extra, *(r for c in rounds for r in c.report or []))
+        return queued
+
+    def take_queued(self, sequences: list[Sequence], queue_next: bool) -> None:
+        """Emit the queued step's tokens, pipelined like mlx-lm's generate_step: while
+        the batch and its width hold, the next step's forward is queued (fed the choices,
+        still lazy) before this one is read back. Otherwise only the sequences still
+        asked for keep their row and token; sequences new to the step emit nothing."""
+        current, self.queued = self.queued, None
+        assert current is not None and self.state is not None
+        asked = {id(sequence) for sequence in sequences}
+        kept = [id(sequence) in asked for sequence in current.sequences]
+        self.state.commit([int(keep) for keep in kept])
+        going_on = all(s.emitted + 1 < s.max_tokens for s in current.sequences)
+        if queue_next and sequences == current.sequences and going_on:
+            self.queued = self.queue_batch(current.sequences, current.choices)
+        else:
+            for sequence in sequences:
+                sequence.tokens = []
+        tokens = current.choices.tolist()  # the step's one host sync
+        for b, (sequence, keep) in enumerate(zip(current.sequences, kept, strict=True)):
+            if keep:
+                self.emit_classic(sequence, tokens[b], current, b)
+
+    def emit_classic(self, sequence: Sequence, token: int, step: QueuedBatch, b: int) -> None:
+        session, rows = sequence.session, step.rounds[b].rows
+        assert rows is not None
+        session.emitted([token])
+        if step.features is not None:  # the fed row is kept: the drafter takes it in
+            session.keep_features(step.features[b : b + 1])
+        sequence.emit([token], rows)
 
     def pipelined_step(self, sequence: Sequence) -> None:
         """Classic decode alone, pipelined like mlx-lm's generate_step: the next token's

@@ -170,10 +170,17 @@ class WidthControl:
         """Seconds per request of a step at `width`, at batch sizes of class `size`."""
         return statistics.median(self.times[(width, size)])
 
-    def observe_step(self, width: int, batch: int, seconds: float) -> None:
+    def observe_step(
+        self, width: int, batch: int, seconds: float, asked: Choice | None = None
+    ) -> None:
+        """A step of `batch` requests ran at `width` in `seconds`. asked: the choice it
+        was run for; a re-measurement that ran another width (a batch's classic step in
+        flight is taken first, drafter/batch.py) is asked for again at the next step."""
         key = (width, size_class(batch))
         self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
         self.measured_at[key] = self.steps
+        if asked is not None and asked.reason == "reprobe" and asked.width != width:
+            self.reprobes[key[1]].due = self.steps + 1
 
     def observe_round(self, width: int, accepted: int, request: Hashable | None = None) -> None:
         """One request's round: `accepted` of its width - 1 drafts were kept."""

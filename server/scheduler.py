@@ -176,7 +176,7 @@ class Scheduler:
                 self.end_failed(state, error)
             return
         seconds = time.perf_counter() - began
-        self.control.observe_step(ran, len(sequences), seconds)
+        self.control.observe_step(ran, len(sequences), seconds, choice)
         for _, running in members:
             running.run.stats.decode_s += seconds
         emitted = 0
@@ -185,7 +185,7 @@ class Scheduler:
             emitted += len(sequence.tokens)
         self.metrics.batch_step_tokens.observe(emitted)
         for state, running in members:
-            if state in self.states:
+            if state in self.states:  # a request new to a step may have emitted nothing
                 self.deliver(state, running)
 
     def record_decision(

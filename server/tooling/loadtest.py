@@ -272,7 +272,9 @@ async def run_load(
         base_url=url, headers=headers, timeout=httpx.Timeout(600.0, connect=10.0), limits=limits
     ) as http:
         answer = await http.get("/health")
-        health = answer.json() if answer.status_code == 200 else {}
+        # another server (mlx_lm.server) may answer /health without JSON: fields unknown
+        json_health = answer.headers.get("content-type", "").startswith("application/json")
+        health = answer.json() if answer.status_code == 200 and json_health else {}
         if model is None:
             model = (await http.get("/v1/models")).json()["data"][0]["id"]
         references = await reference_texts(http, model, prompts, max_tokens)

@@ -177,10 +177,49 @@ def test_stats_count_the_rounds_that_drafted(pair: Pair) -> None:
     for sequence in sequences:
         while sequence.prefill is not None:
             decoder.advance_prefill(sequence)
-    decoder.step(sequences, 1)  # a classic step: nothing drafted
+    assert decoder.step(sequences, 1) == 1  # a classic step: nothing drafted
     assert all(s.rounds == 0 for s in stats)
-    decoder.step(sequences, WIDTH)
+    # Attention-only caches pipeline a batch's classic steps: the step in flight is
+    # taken (a classic one) before the batch drafts.
+    assert decoder.state is not None
+    if decoder.state.by_length:
+        assert decoder.step(sequences, WIDTH) == 1
+        assert all(s.rounds == 0 for s in stats)
+    assert decoder.step(sequences, WIDTH) == WIDTH
     assert all(s.rounds == 1 and s.drafted == WIDTH - 1 for s in stats)
+
+
+def test_a_batchs_classic_steps_are_pipelined_and_report_solo_logprobs(pair: Pair) -> None:
+    """While a batch and its width hold, each classic step queues the next one's forward
+    before reading its own; tokens and logprobs stay each request's solo ones."""
+    eng = engine(pair, False)
+    reqs = requests(3, seed=19)
+    for req in reqs:
+        req.params, req.max_tokens = SamplingParams(logprobs=2), 12
+    decoder = BatchDecoder(eng)
+    sequences = [
+        decoder.start(r.prompt, r.max_tokens, r.params, GenerationStats(), True) for r in reqs
+    ]
+    got: list[list[Any]] = [[] for _ in reqs]
+    for i, sequence in enumerate(sequences):
+        while sequence.prefill is not None:
+            got[i] += decoder.advance_prefill(sequence)
+    pipelined = 0
+    while not sequences[0].done:
+        decoder.step(sequences, 1)
+        pipelined += decoder.queued is not None
+        for i, sequence in enumerate(sequences):
+            got[i] += sequence.tokens
+    decoder.release()
+    by_length = all(type(c).__name__ != "ArraysCache" for c in sequences[0].session.cache)
+    assert pipelined == (10 if by_length else 0)  # all but the last of 11 steps
+    for i, req in enumerate(reqs):
+        rounds = eng.generate(req.prompt, req.max_tokens, req.params, ignore_eos=True)
+        alone = [token for tokens in rounds for token in tokens]
+        assert [t.id for t in got[i]] == [t.id for t in alone]
+        for mine, theirs in zip(got[i], alone, strict=True):
+            assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-5)
+            assert mine.top_logprobs == pytest.approx(theirs.top_logprobs, abs=1e-5)
 
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])

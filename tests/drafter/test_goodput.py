@@ -110,6 +110,23 @@ def test_re_measuring_backs_off_while_it_changes_nothing() -> None:
     assert max(gaps) == MAX_REPROBE
 
 
+def test_a_re_measurement_that_ran_classic_is_asked_for_again() -> None:
+    """A batch's classic step in flight is taken before any other width runs: the
+    re-measurement that step was chosen for comes again at the next step."""
+    control = WidthControl(4)
+    measured(control, batch(2), {1: 0.1, 2: 0.2, 4: 0.4})
+    choice = control.choose(batch(2))
+    while choice.reason != "reprobe":
+        control.observe_step(choice.width, 2, 0.1 * choice.width, choice)
+        choice = control.choose(batch(2))
+    assert choice.width != 1
+    control.observe_step(1, 2, 0.1, choice)  # it ran classic
+    again = control.choose(batch(2))
+    assert (again.reason, again.width) == ("reprobe", choice.width)
+    control.observe_step(again.width, 2, 0.1 * again.width, again)
+    assert control.choose(batch(2)).reason == "goodput"
+
+
 def test_acceptance_decays_toward_recent_rounds() -> None:
     control = WidthControl(4)
     for _ in range(500):
