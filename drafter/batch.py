@@ -20,8 +20,13 @@ caches are shared per layer (`BatchState`):
   a request that rejected drafts is re-run on its accepted rows from the state
   before the forward (drafter/rollback.py's rule, per row).
 
-When a request joins or leaves, the shared caches go back into the requests'
-own caches and a new state is built from them; a batch of one is the solo round.
+When requests leave, their rows go back to their own caches and out of the shared
+buffers (one gather); joiners' rows are appended (one concatenation); any other change
+rebuilds the state from the requests' own caches. A batch of one is the solo round.
+
+While a batch and its width hold, its classic steps are pipelined as mlx-lm's
+generate_step is: the next step's forward is queued, fed the choices still lazy,
+before this step's are read back (`QueuedBatch`).
 """
 
 from __future__ import annotations
@@ -100,10 +105,29 @@ class SharedKV:
     def commit(self, kept: list[int]) -> None:
         self.lengths = [length + k for length, k in zip(self.lengths, kept, strict=True)]
 
-    def release(self, caches: list[KVCache]) -> None:
-        """Hand each request its rows back as its own cache (its whole buffer row, so a
-        stable cache keeps a length in whole steps)."""
-        for b, cache in enumerate(caches):
+    def regroup(self, staying: list[int], joining: list[KVCache]) -> None:
+        """Keep only the requests at `staying` (indices, in order), then append the
+        joining caches' rows: one gather and one concatenation, not a rebuild."""
+        if len(staying) < len(self.lengths):
+            index = mx.array(staying)
+            self.keys, self.values = self.keys[index], self.values[index]
+            self.lengths = [self.lengths[i] for i in staying]
+        if joining:
+            lengths = [cache.offset for cache in joining]
+            self.grow(max(lengths) + 1)
+            capacity = self.keys.shape[2]
+            keys = right_padded([c.keys for c in joining], lengths, capacity)
+            values = right_padded([c.values for c in joining], lengths, capacity)
+            self.keys = mx.concatenate([self.keys, keys])
+            self.values = mx.concatenate([self.values, values])
+            self.lengths += lengths
+            for cache in joining:
+                cache.keys = cache.values = None
+
+    def release(self, caches: list[KVCache], rows: list[int] | None = None) -> None:
+        """Hand each request (at `rows`, default all) its rows back as its own cache (its
+        whole buffer row, so a stable cache keeps a length in whole steps)."""
+        for b, cache in zip(range(len(caches)) if rows is None else rows, caches, strict=True):
             cache.keys, cache.values = self.keys[b : b + 1], self.values[b : b + 1]
             cache.offset = self.lengths[b]
 
@@ -145,8 +169,20 @@ class SharedArrays(ArraysCache):
                 rows[b] = alone.cache
         self.cache = [mx.concatenate(states) for states in zip(*rows, strict=True)]
 
-    def release(self, caches: list[ArraysCache]) -> None:
-        for b, cache in enumerate(caches):
+    def regroup(self, staying: list[int], joining: list[ArraysCache]) -> None:
+        """As SharedKV.regroup, on the batch axis of every state."""
+        if len(staying) < self.cache[0].shape[0]:
+            index = mx.array(staying)
+            self.cache = [state[index] for state in self.cache]
+        if joining:
+            added = zip(*(cache.cache for cache in joining), strict=True)
+            self.cache = [
+                mx.concatenate([state, *more])
+                for state, more in zip(self.cache, added, strict=True)
+            ]
+
+    def release(self, caches: list[ArraysCache], rows: list[int] | None = None) -> None:
+        for b, cache in zip(range(len(caches)) if rows is None else rows, caches, strict=True):
             cache.cache = [state[b : b + 1] for state in self.cache]
 
 
@@ -231,6 +267,27 @@ class BatchState(SharedCaches):
     def release(self) -> None:
         for i, layer in enumerate(self.layers):
             layer.release([s.session.cache[i] for s in self.sequences])
+
+    def regroup(self, sequences: list[Sequence]) -> bool:
+        """Follow the batch to `sequences` in place when it only lost members and gained
+        new ones at its end (as the scheduler orders them): the leavers get their rows
+        back, the joiners' rows are appended. False (nothing changed) when the order
+        changed otherwise: then the state is rebuilt."""
+        if sequences == self.sequences:
+            return True
+        ids = {id(sequence) for sequence in sequences}
+        staying = [b for b, s in enumerate(self.sequences) if id(s) in ids]
+        kept = [self.sequences[b] for b in staying]
+        joining = sequences[len(kept) :]
+        old = {id(sequence) for sequence in self.sequences}
+        if not staying or sequences[: len(kept)] != kept or any(id(s) in old for s in joining):
+            return False
+        leaving = [b for b in range(len(self.sequences)) if id(self.sequences[b]) not in ids]
+        for i, layer in enumerate(self.layers):
+            layer.release([self.sequences[b].session.cache[i] for b in leaving], leaving)
+            layer.regroup(staying, [s.session.cache[i] for s in joining])
+        self.sequences = list(sequences)
+        return True
 
 
 @dataclass
@@ -357,7 +414,7 @@ class BatchDecoder:
             for sequence in sequences:
                 self.solo_round(sequence, width)
             return width
-        if self.state is None or self.state.sequences != sequences:
+        if self.state is None or not self.state.regroup(sequences):
             self.release()
             self.state = BatchState(sequences)
         state = self.state
