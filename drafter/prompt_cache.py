@@ -116,7 +116,10 @@ class PromptCache:
         return Restored(cache, kept, best_n)
 
     def insert(self, prompt: list[int], cache: list[Any], features: mx.array | None) -> None:
-        """Store a copy of the state after prefilling `prompt` (evaluated first)."""
+        """Store a copy of the state after prefilling `prompt` (evaluated first). A prompt
+        shorter than the step is not stored: no later prompt could restore any of it."""
+        if len(prompt) < self.step:
+            return
         mx.eval([c.state for c in cache], *([] if features is None else [features]))
         nbytes = state_bytes(cache, features)
         if nbytes > self.max_bytes:

@@ -209,3 +209,13 @@ def test_a_cache_of_whole_chunks_restores_whole_chunks_and_changes_no_output(
     trimmable = target.arch == "qwen3" or whole == len(TURN_1)
     assert stats.cached_tokens == (whole if trimmable else 0)
     assert hit == run(engine(target, False, None), TURN_2)
+
+
+def test_a_prompt_shorter_than_the_step_is_not_stored(target: Target) -> None:
+    """Nothing of it could be restored (a hit restores whole steps): storing it would
+    only cost a host sync and a copy per request."""
+    cached = engine(target, False, 1 << 30, step=len(TURN_1) + 1)
+    run(cached, TURN_1)
+    assert cached.prompt_cache is not None and not cached.prompt_cache.entries
+    run(cached, TURN_1 + TURN_1)
+    assert len(cached.prompt_cache.entries) == 1
