@@ -1,42 +1,17 @@
 """How attention runs (the verify block, the drafter block, on the CPU prefills
-too), four ways.
+too), three ways.
 
 - exact: mlx-lm's own path, keys of exact length (Metal, CPUs other than AMD + MKL).
 - polyexp: the target's and the drafter's multi-row queries through
   drafter/polyexp.py, MLX's attention with an exp that vectorises (one-row steps,
   short contexts and long prefills keep MLX's own): the default on an AMD CPU
-  under MKL (`choose_attention`).
-- stable: the whole 256-row cache buffer under an additive mask, so cuDNN's
-  graphs repeat (below).
+  under MKL (drafter/kernels.py).
 - vector: MLX's CUDA vector kernel only, with cuDNN attention switched off
   (below): the CUDA default.
 
 A mode is a cache class (`CACHES`): mlx-lm's attention passes the layer's cache to
 `scaled_dot_product_attention`, which drafter/forward.py (`route_attention`) replaces by
 `dispatch`.
-
-Stable attention.
-
-MLX's CUDA backend sends every attention query longer than one row to cuDNN,
-which builds a graph per distinct (Q, K, V, mask) shape and stride set
-(`build_sdpa_cache_key` in mlx/backend/cuda/scaled_dot_product_attention.cpp)
-and caches 256 of them per thread. A speculative round reads K/V of a new
-length every round, so with exact-length keys every round builds graphs
-(about 100 ms each) and one long request evicts what the next one needs.
-
-mlx-lm's `KVCache` already allocates its buffer in steps of 256 rows and hands
-out the slice `keys[..., :offset, :]`. `StableKVCache` hands out the whole
-buffer instead, for multi-row updates only, and its `make_mask` hides the
-unused tail with an additive mask (bottom-right causal over the real keys).
-It also grows by whole steps, so buffer lengths stay multiples of 256 and the
-graphs of a few lengths (warmed at startup) serve every request.
-The shapes a graph is keyed by then repeat for up to 256 tokens. One-row
-queries (classic decode) and the first fill keep mlx-lm's exact-length path.
-Nothing of the model's math is copied: mlx-lm's attention asks the cache for
-its mask and its keys, and this cache answers differently.
-
-Keys past the offset are stale rows of a rejected draft or zeros; the mask
-gives them -inf, so they get exactly zero weight.
 
 Vector attention.
 
@@ -67,7 +42,6 @@ Longer queries (prefill) then take MLX's unfused attention.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import mlx.core as mx
@@ -77,81 +51,13 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from drafter import polyexp, vector_rows
 from drafter.vector_rows import VECTOR_ROWS
 
-MAX_STABLE_ROWS = 64  # wider updates (prefill chunks) keep the exact-length path
 STEP = KVCache.step  # mlx-lm grows its buffers by 256 rows
-
-
-class StableKVCache(KVCache):
-    """A KVCache whose multi-row reads present the whole allocated buffer."""
-
-    keys: mx.array  # KVCache's buffers; None only before the first update, which
-    values: mx.array  # `stable` checks before any multi-row read grows them
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.full_buffer = False  # whether the last update returned the whole buffer
-
-    def stable(self, rows: int) -> bool:
-        return self.keys is not None and 1 < rows <= MAX_STABLE_ROWS
-
-    def allocation_after(self, rows: int) -> int:
-        """The buffer length once `rows` more rows are written: a multiple of 256."""
-        size = self.keys.shape[2]
-        if self.offset + rows <= size:
-            return size
-        return size + self.step * ((self.offset + rows - size + self.step - 1) // self.step)
-
-    def grow(self, rows: int) -> None:
-        """Make room for `rows` more rows by appending whole steps to the buffer.
-        (KVCache cuts the buffer to the offset before growing, which leaves lengths
-        that are no multiple of 256: each would be one more graph on CUDA.)"""
-        size = self.allocation_after(rows) - self.keys.shape[2]
-        if size:
-            B, heads, _, k_dim = self.keys.shape
-            v_dim = self.values.shape[3]
-            self.keys = mx.concatenate(
-                [self.keys, mx.zeros((B, heads, size, k_dim), self.keys.dtype)], 2
-            )
-            self.values = mx.concatenate(
-                [self.values, mx.zeros((B, heads, size, v_dim), self.values.dtype)], 2
-            )
-
-    def make_mask(self, N: int, return_array: bool = False, window_size: int | None = None) -> Any:
-        if window_size is not None or not self.stable(N):
-            return super().make_mask(N, return_array=return_array, window_size=window_size)
-        return tail_mask(self.offset, N, self.allocation_after(N), self.keys.dtype, causal=True)
-
-    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
-        self.full_buffer = self.stable(keys.shape[2])
-        if self.keys is not None:
-            self.grow(keys.shape[2])  # then KVCache writes in place
-        return super().update_and_fetch(keys, values)
-
-    def keys_and_values(self) -> tuple[mx.array, mx.array]:
-        if self.full_buffer:
-            return self.keys, self.values
-        return super().keys_and_values()
-
-
-def tail_mask(offset: int, rows: int, length: int, dtype: mx.Dtype, causal: bool) -> mx.array:
-    """Additive mask (rows, length) over a buffer whose first offset + rows keys are real.
-
-    Query i sits at absolute position offset + i. Causal: it sees keys j <= offset + i;
-    else every real key. The rest of the buffer gets -inf."""
-    keys = mx.arange(length)[None]
-    limit = offset + (mx.arange(rows)[:, None] if causal else rows - 1)
-    return mx.where(keys <= limit, mx.array(0, dtype), mx.array(-mx.inf, dtype))
+MAX_BLOCK_ROWS = 64  # wider causal queries (prefill chunks) keep MLX's own attention
 
 
 def whole_steps(rows: int) -> int:
     """`rows` rounded up to whole 256-row steps."""
     return STEP * ((rows + STEP - 1) // STEP)
-
-
-def batch_key_length(longest: int, stable: bool) -> int:
-    """How many key rows a batched forward presents when its longest request has
-    `longest`: with stable attention, whole 256-row steps (so cuDNN's graphs repeat)."""
-    return whole_steps(longest) if stable else longest
 
 
 def right_padded(buffers: list[mx.array], lengths: list[int], width: int) -> mx.array:
@@ -264,7 +170,7 @@ def dispatch(original: Any) -> Any:
             isinstance(cache, VectorKVCache)
             and sinks is None
             and queries.shape[0] == 1
-            and 1 < rows <= MAX_STABLE_ROWS
+            and 1 < rows <= MAX_BLOCK_ROWS
             and isinstance(mask, str)
             and mask == "causal"
         ):
@@ -275,30 +181,7 @@ def dispatch(original: Any) -> Any:
     return scaled_dot_product_attention
 
 
-def choose_attention() -> str:
-    """The attention mode where none is asked for: vector on CUDA; polyexp on an AMD CPU
-    under MKL, where it was measured (cpu-amd-polyexp.md); exact elsewhere. Elsewhere
-    unmeasured, and costly where a prompt's rows come out the same in any forward:
-    polyexp takes some query sizes and not others, so prompt-cache hits of any prefix
-    would stop being exact there (drafter/loading.py falls back to whole chunks).
-
-    Vector needs cuDNN attention off. This sets MLX_CUDA_USE_CUDNN_SDPA=0 unless the
-    operator set it; MLX reads it at its first attention call, so the loader calls
-    this before any forward. An operator's MLX_CUDA_USE_CUDNN_SDPA=1 keeps cuDNN,
-    and then stable attention is the mode that pays."""
-    from drafter.cpu_blas import mkl_on_amd
-    from drafter.device import on_cpu, on_cuda
-
-    if on_cpu():
-        return "polyexp" if mkl_on_amd() else "exact"
-    if not on_cuda():
-        return "exact"
-    os.environ.setdefault(CUDNN_ENV, "0")
-    return "vector" if os.environ[CUDNN_ENV] == "0" else "stable"
-
-
 CACHES: dict[str, type[KVCache]] = {
-    "stable": StableKVCache,
     "vector": VectorKVCache,
     "polyexp": PolyexpKVCache,
 }
@@ -330,9 +213,7 @@ def reserve(cache: list[Any], prompt_rows: int, new_rows: int) -> None:
     grows by mlx-lm's steps past that, so a client's large max_tokens does not hold
     memory (and a zero fill at its prefill) that an early EOS never uses. A buffer with
     no rows yet (the drafter's, before its first block) takes the size as its step, so
-    its first write allocates it all. StableKVCache is left alone: its buffer length is
-    its attention length, which grows with the request on purpose (cuDNN's graphs are
-    keyed by it)."""
+    its first write allocates it all."""
     size = whole_steps(prompt_rows + min(new_rows, RESERVE_AHEAD))
     grown = []
     for entry in cache:

@@ -12,10 +12,9 @@ caches are shared per layer (`BatchState`):
   it runs alone, and its RoPE positions are its own. A forward writes every
   request's rows at its own length in one scatter; attention reads the buffer up
   to the longest request under each request's own causal mask; rolling a request
-  back is setting its length. With stable attention (drafter/attention.py)
-  the keys presented run to whole 256-row steps, so cuDNN's graphs repeat. With
-  vector attention (the CUDA default) the batch's masked attention takes MLX's
-  unfused path: cuDNN is off, and the vector kernel takes no mask.
+  back is setting its length. With vector attention (the CUDA default) the batch's
+  masked attention takes MLX's unfused path: cuDNN is off, and the vector kernel
+  takes no mask.
 - `SharedArrays` (Gated DeltaNet layers): the states stacked on the batch axis;
   a request that rejected drafts is re-run on its accepted rows from the state
   before the forward (drafter/rollback.py's rule, per row).
@@ -41,8 +40,6 @@ from mlx_lm.models.cache import ArraysCache, KVCache
 from drafter import rollback
 from drafter.attention import (
     PolyexpKVCache,
-    StableKVCache,
-    batch_key_length,
     right_padded,
     whole_steps,
 )
@@ -63,7 +60,6 @@ class SharedKV:
     `commit` then keeps only each request's accepted rows (rollback is a length)."""
 
     def __init__(self, caches: list[KVCache]) -> None:
-        self.stable = isinstance(caches[0], StableKVCache)  # whole 256-row steps
         self.uses_polyexp = isinstance(caches[0], PolyexpKVCache)  # attention.dispatch reads it
         self.lengths = [cache.offset for cache in caches]
         capacity = whole_steps(max(self.lengths) + 1)
@@ -81,7 +77,7 @@ class SharedKV:
         that request's keys 0 .. lengths[b] + j; K covers the longest request."""
         if window_size is not None:
             raise ValueError("batched decoding does not support sliding-window attention")
-        width = batch_key_length(max(self.lengths) + N, self.stable)
+        width = max(self.lengths) + N
         limit = self.offset[:, None] + mx.arange(N)[None]
         return (mx.arange(width)[None, None] <= limit[:, :, None])[:, None]
 
@@ -92,7 +88,7 @@ class SharedKV:
         self.keys = mx.put_along_axis(self.keys, mx.broadcast_to(rows, keys.shape), keys, 2)
         rows = mx.broadcast_to(rows, values.shape)
         self.values = mx.put_along_axis(self.values, rows, values, 2)
-        width = batch_key_length(max(self.lengths) + N, self.stable)
+        width = max(self.lengths) + N
         return self.keys[..., :width, :], self.values[..., :width, :]
 
     def grow(self, needed: int) -> None:
@@ -125,8 +121,7 @@ class SharedKV:
                 cache.keys = cache.values = None
 
     def release(self, caches: list[KVCache], rows: list[int] | None = None) -> None:
-        """Hand each request (at `rows`, default all) its rows back as its own cache (its
-        whole buffer row, so a stable cache keeps a length in whole steps)."""
+        """Hand each request (at `rows`, default all) its rows back as its own cache."""
         for b, cache in zip(range(len(caches)) if rows is None else rows, caches, strict=True):
             cache.keys, cache.values = self.keys[b : b + 1], self.values[b : b + 1]
             cache.offset = self.lengths[b]

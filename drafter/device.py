@@ -39,14 +39,14 @@ def probe_device() -> Device:
 
 def on_cpu() -> bool:
     """Whether MLX computes on the CPU by default: where the BLAS sets how products
-    run best (drafter/linear.py: choose_linear)."""
+    run best (drafter/kernels.py)."""
     return mx.default_device().type == mx.cpu
 
 
 def on_cuda() -> bool:
     """Whether MLX computes on a CUDA GPU by default: where multi-row attention builds
     cuDNN graphs per shape and multi-row products pay cuBLASLt's per-call setup, so
-    stable attention (drafter/attention.py) and rowwise products (drafter/rowwise.py)
+    vector attention (drafter/attention.py) and rowwise products (drafter/rowwise.py)
     pay. Elsewhere the exact-length, matrix-kernel paths cost nothing extra."""
     return mx.default_device().type == mx.gpu and mx.cuda.is_available()
 

@@ -37,12 +37,9 @@ from mlx_lm.models.rope_utils import initialize_rope
 from drafter import polyexp
 from drafter.attention import (
     CACHES,
-    StableKVCache,
     VectorKVCache,
-    batch_key_length,
     folded_attention,
     right_padded,
-    tail_mask,
     uses_polyexp,
 )
 from drafter.decoding import DraftScores
@@ -192,7 +189,7 @@ class Attention(nn.Module):
             keys, values, mask = fetched[0]
         else:
             lengths = [start + L for start in block_starts]
-            width = batch_key_length(max(lengths), isinstance(caches[0], StableKVCache))
+            width = max(lengths)
             keys = right_padded([k for k, _, _ in fetched], lengths, width)
             values = right_padded([v for _, v, _ in fetched], lengths, width)
             mask = (mx.arange(width)[None] < mx.array(lengths)[:, None])[:, None, None, :]
@@ -220,15 +217,10 @@ class Attention(nn.Module):
         product may round differently; that moves a draft at most, never a served token.
         A prompt's rows come in before the first round (`ingest`), not here."""
         L = x.shape[1]
-        start = cache.offset
         rows = mx.concatenate([context, x], axis=1) if context.shape[1] > 0 else x
         keys, values = self.write(rows, rope, cache)
-        mask = None
-        if isinstance(cache, StableKVCache) and cache.full_buffer:
-            block_start = start + context.shape[1]
-            mask = tail_mask(block_start, L, keys.shape[2], keys.dtype, causal=False)
         cache.trim(L)
-        return keys, values, mask
+        return keys, values, None
 
     def write(self, rows: mx.array, rope: nn.Module, cache: KVCache) -> tuple[mx.array, mx.array]:
         """Append the keys and values of `rows` (1, S, H), at the cache's next positions;

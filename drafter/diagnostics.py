@@ -9,9 +9,9 @@ from typing import NotRequired
 from typing_extensions import TypedDict  # pydantic reads it (bench) on Python 3.11
 
 # SpeculativeConfig.attention (attention.py), .linear (linear.py), .activation (activation.py)
-ATTENTION_MODES = ("exact", "polyexp", "stable", "vector")
+ATTENTION_MODES = ("exact", "polyexp", "vector")
 LINEAR_MODES = ("rowwise", "padded", "columns", "matrix")
-ACTIVATION_MODES = ("mlx", "polyexp", "prefill", "compiled")
+ACTIVATION_MODES = ("mlx", "polyexp", "prefill")
 
 
 class ProbeFields(TypedDict):
@@ -35,7 +35,8 @@ class SpeculativeConfig(TypedDict):
     backend: str
     compute_capability: str | None  # "9.0" on CUDA
     quantization: str | None
-    attention: str  # multi-row attention: exact, polyexp, stable or vector (drafter/attention.py)
+    kernels: str  # the backend's kernel bundle (drafter/kernels.py), its modes below
+    attention: str  # multi-row attention: exact, polyexp or vector (drafter/attention.py)
     linear: str  # how products run: rowwise, padded, columns or matrix (drafter/linear.py)
     activation: str  # the feed-forward's SwiGLU: mlx or polyexp (drafter/activation.py)
     # tokens the draft head scores: its checkpoint's draft vocabulary, else the whole

@@ -16,8 +16,7 @@ from typing import Any, Literal
 import mlx.core as mx
 import mlx.nn as nn
 
-from drafter.activation import choose_activation
-from drafter.attention import choose_attention, make_cache
+from drafter.attention import make_cache
 from drafter.batch import BatchDecoder, run_alone
 from drafter.decoding import (
     Drafter,
@@ -28,9 +27,9 @@ from drafter.decoding import (
     prefill_steps,
 )
 from drafter.dflash import target_embedding
-from drafter.forward import Forward, Kernels
+from drafter.forward import Forward
 from drafter.grammar import Constraint, Grammars
-from drafter.linear import choose_linear
+from drafter.kernels import backend_bundle, kernels_for
 from drafter.prompt_cache import PromptCache
 from drafter.sampling import (
     SamplingParams,
@@ -60,11 +59,13 @@ class Engine:
         self.context_length = context_length
         self.drafter = drafter
         self.block_size = block_size
-        # How the target computes (drafter/forward.py); each mode None: the device's.
-        kernels = Kernels(
-            attention=choose_attention() if attention is None else attention,
-            linear=choose_linear() if linear is None else linear,
-            activation=choose_activation(drafter is not None) if activation is None else activation,
+        # How the target computes: the backend's bundle (drafter/kernels.py), each mode
+        # asked for by hand (the lab, tests) in its place.
+        self.bundle = backend_bundle()
+        asked = {"attention": attention, "linear": linear, "activation": activation}
+        kernels = replace(
+            kernels_for(self.bundle, drafter is not None),
+            **{mode: value for mode, value in asked.items() if value is not None},
         )
         taps = None if drafter is None else drafter.target_layer_ids
         self.forward = Forward(model, taps, kernels)
@@ -95,10 +96,6 @@ class Engine:
     @property
     def activation(self) -> str:
         return self.forward.kernels.activation
-
-    @property
-    def stable_attention(self) -> bool:
-        return self.attention == "stable"
 
     def make_cache(self) -> list[Any]:
         return make_cache(self.model, self.attention)

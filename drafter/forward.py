@@ -21,6 +21,7 @@ runs as written.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -32,7 +33,7 @@ import mlx.nn as nn
 from mlx_lm.models.cache import ArraysCache
 
 from drafter import activation, linear
-from drafter.attention import dispatch
+from drafter.attention import CUDNN_ENV, dispatch
 from drafter.diagnostics import ACTIVATION_MODES, ATTENTION_MODES, LINEAR_MODES
 from drafter.hooks import Call, hooked_class, original_class
 
@@ -183,13 +184,12 @@ class Forward:
         return tap is not None and tap.capture is self.capture
 
     def use(self, kernels: Kernels) -> None:
-        """Run with `kernels` from now on: attention, then the linear layout, then the
-        activation (a compiled activation traces the layout it runs on)."""
+        """Run with `kernels` from now on: attention, the linear layout, the activation."""
+        if kernels.attention == "vector":  # its one-row calls must not go to cuDNN; MLX
+            os.environ.setdefault(CUDNN_ENV, "0")  # reads this at its first attention call
         if kernels.attention in ("vector", "polyexp"):
             route_attention(self.model)
         set_linear(self.model, kernels.linear)
-        for module in self.model.modules():  # compiled blocks traced the layout before
-            module.__dict__.pop("_compiled", None)
         set_activation(self.model, kernels.activation)
         self.kernels = kernels
 
@@ -262,4 +262,4 @@ def set_linear(model: nn.Module, mode: str) -> int:
 
 def set_activation(model: nn.Module, mode: str) -> int:
     """Give `model`'s feed-forward layers the `mode` SwiGLU; returns how many changed."""
-    return restyle(activation.activation_changes(model, mode), drop=("_compiled",))
+    return restyle(activation.activation_changes(model, mode))

@@ -10,12 +10,16 @@ grammar state after those drafts (`Constraint.masks`); the matcher is rolled bac
 after computing them, and only the tokens the round emits advance it. A draft the
 grammar refuses ends the masks there: the target's masked choice at that row can never
 equal it, so no later row is accepted.
+
+Greedy requests that report no logprobs need no mask where the target's own choice is
+allowed (`Constraint.accept`): a row's mask is filled only where its choice is refused.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -105,24 +109,62 @@ class Constraint:
         self.matcher.rollback(valid)
         return mx.array(unpacked(bits, self.vocab_size))
 
+    def accept(
+        self, choices: list[int], drafts: list[int], masked_choice: Callable[[int], int]
+    ) -> tuple[int, int]:
+        """Greedy acceptance under the grammar, from each row's unmasked choice: where
+        the grammar allows it, it is also the masked choice (the best allowed token is
+        the best token); elsewhere `masked_choice(i)` chooses row i under the mask of
+        the matcher's state then (after drafts[:i]). Returns (drafts accepted, the
+        token after them), as `masks` and an argmax over every row would; few rows
+        need a mask filled."""
+        ends = [i for i, token in enumerate(drafts) if token in self.eos]
+        valid = min([self.matcher.validate_tokens(drafts), *ends])
+        consumed = 0
+        for i, choice in enumerate(choices):
+            if i > valid:  # past an accepted end: nothing here is emitted
+                break
+            if i >= valid or choice != drafts[i]:
+                if self.matcher.validate_tokens([choice]) == 0:
+                    choice = masked_choice(i)
+                if i >= len(drafts) or choice != drafts[i]:
+                    self.matcher.rollback(consumed)
+                    return i, choice
+            if i < valid:  # draft i is accepted; an end is never consumed
+                self.matcher.consume_token(drafts[i])
+                consumed += 1
+        self.matcher.rollback(consumed)
+        return valid + 1, choices[valid + 1]
+
+    def mask(self) -> mx.array:
+        """(V,) booleans: the tokens allowed in the matcher's state now."""
+        return mx.array(self.mask_now())
+
+    def mask_now(self) -> np.ndarray:
+        bits = llguidance.numpy.allocate_token_bitmask(1, self.vocab_size)
+        llguidance.numpy.fill_next_token_bitmask(self.matcher, bits, 0)
+        return unpacked(bits, self.vocab_size)[0]
+
     def draft(self, scores: np.ndarray, ids: np.ndarray | None) -> list[int]:
         """Greedy drafts the grammar allows, one row at a time: row i of the drafter's
-        `scores` (over `ids`, or the whole vocabulary) after drafts 1..i-1. Fewer than
-        the rows where the grammar allows nothing more."""
-        rows = scores.shape[0]
-        bits = llguidance.numpy.allocate_token_bitmask(1, self.vocab_size)
+        `scores` (over `ids`, or the whole vocabulary) after drafts 1..i-1, its mask
+        filled only where its best token is refused. Fewer than the rows where the
+        grammar allows nothing more."""
         drafts: list[int] = []
-        for i in range(rows):
-            llguidance.numpy.fill_next_token_bitmask(self.matcher, bits, 0)
-            allowed = unpacked(bits, self.vocab_size)[0]
-            row = np.where(allowed if ids is None else allowed[ids], scores[i], -np.inf)
+        for row in scores:
             best = int(np.argmax(row))
-            if not np.isfinite(row[best]):
-                break  # the drafter proposes nothing the grammar allows here
-            drafts.append(best if ids is None else int(ids[best]))
-            if drafts[-1] in self.eos:
+            token = best if ids is None else int(ids[best])
+            if self.matcher.validate_tokens([token]) == 0:
+                allowed = self.mask_now()
+                masked_row = np.where(allowed if ids is None else allowed[ids], row, -np.inf)
+                best = int(np.argmax(masked_row))
+                if not np.isfinite(masked_row[best]):
+                    break  # the drafter proposes nothing the grammar allows here
+                token = best if ids is None else int(ids[best])
+            drafts.append(token)
+            if token in self.eos:
                 break  # nothing follows the end, which is not consumed
-            self.matcher.consume_token(drafts[-1])  # allowed by the mask
+            self.matcher.consume_token(token)  # allowed
         self.matcher.rollback(len(drafts) - (1 if drafts and drafts[-1] in self.eos else 0))
         return drafts
 

@@ -21,8 +21,6 @@ from collections.abc import Mapping
 import mlx.nn as nn
 
 from drafter import columns, padded, rowwise
-from drafter.cpu_blas import mkl_on_amd
-from drafter.device import on_cpu, on_cuda
 from drafter.diagnostics import LINEAR_MODES
 
 LAYOUTS: dict[str, Mapping[type, type]] = {
@@ -53,15 +51,3 @@ def layout_changes(model: nn.Module, mode: str) -> list[tuple[nn.Module, type]]:
 
 def mark_head_products(model: nn.Module) -> None:
     rowwise.mark_head_products(model)
-
-
-def choose_linear() -> str:
-    """The layout where none is asked for: rowwise on CUDA; on CPU padded under MKL on
-    an AMD CPU, where it was measured to pay (cpu-amd-padded-step.md), else columns
-    (an Intel CPU under MKL is not measured padded: it keeps what it was measured
-    with); matrix elsewhere (Metal)."""
-    if on_cuda():
-        return "rowwise"
-    if on_cpu():
-        return "padded" if mkl_on_amd() else "columns"
-    return "matrix"

@@ -113,6 +113,7 @@ class Loaded:
             backend=self.device.backend,
             compute_capability=capability_text,
             quantization=self.quantization,
+            kernels=self.engine.bundle.name,
             attention=self.engine.attention,
             linear=self.engine.linear,
             activation=self.engine.activation,

@@ -112,6 +112,9 @@ class Round:
     target: mx.array | None = None
     verified: mx.array | None = None  # (1, B, F) tapped features of the verify rows
     report: list[mx.array] | None = None  # the rows, when the request reports logprobs
+    # Under a grammar, greedy and reporting no logprobs: the unmasked rows, masked in
+    # `close` only where a choice needs it (Constraint.accept)
+    unmasked: mx.array | None = None
 
     @property
     def tokens(self) -> mx.array:
@@ -270,7 +273,9 @@ class Session:
         """Choose for every verify row at once (lazy). logits: (B, V) for this request."""
         current.verified = verified
         scores = self.row_scores(logits, current.drafts)  # row i as classic decode
-        if self.constraint is not None:  # row i: the grammar after drafts 1..i (a host sync)
+        if self.constraint is not None and self.params.greedy and self.params.logprobs is None:
+            current.unmasked = scores
+        elif self.constraint is not None:  # row i: the grammar after drafts 1..i (a host sync)
             scores = masked(scores, self.masks(current.drafts.tolist()))
         current.rows = log_softmax(scores)
         current.report = reported(current.rows, self.params)
@@ -288,7 +293,9 @@ class Session:
         The target cache keeps the anchor and every emitted token but the last
         (the next anchor): exactly what classic decode has fed at that point."""
         draft_list = current.drafts.tolist()
-        if current.choices is not None:
+        if current.unmasked is not None:
+            n, next_token = self.accept_constrained(current, draft_list)
+        elif current.choices is not None:
             choice_list = current.choices.tolist()
             n = acceptance.accept_greedy(choice_list, draft_list)
             next_token = choice_list[n]
@@ -346,6 +353,22 @@ class Session:
             [mx.zeros((1, self.vocab)), mx.cumsum(one_hots(drafts, self.vocab), 0)]
         )
         return token_scores(logits, self.counts + seen, self.params)
+
+    def accept_constrained(self, current: Round, drafts: list[int]) -> tuple[int, int]:
+        """Greedy acceptance under the grammar from the unmasked choices, a row's mask
+        filled only where its own choice is refused; timed into the request's stats."""
+        assert self.constraint is not None and current.unmasked is not None
+        assert current.choices is not None
+        unmasked, constraint = current.unmasked, self.constraint
+
+        def masked_choice(row: int) -> int:
+            self.stats.masked_rows += 1
+            return int(mx.argmax(masked(unmasked[row], constraint.mask())).item())
+
+        start = time.perf_counter()
+        accepted = constraint.accept(current.choices.tolist(), drafts, masked_choice)
+        self.stats.mask_s += time.perf_counter() - start
+        return accepted
 
     def masks(self, drafts: list[int]) -> mx.array:
         """The grammar's masks for a step's rows, timed into the request's stats."""

@@ -1,8 +1,7 @@
 """Warm up at startup what the first requests would otherwise pay for.
 
-MLX compiles each kernel shape on first use, and with stable attention
-(drafter/attention.py) cuDNN builds one graph per (rows, cache buffer length) on CUDA.
-Short requests through the served decoder (alone, classic and speculative, and a
+MLX compiles each kernel shape on first use and records CUDA graphs per kernel
+sequence. Short requests through the served decoder (alone, classic and speculative, and a
 batched pair) compile the kernels; then one short request per buffer length up to
 WARM_KEYS builds the verify and drafter graphs that requests of up to that many tokens
 meet, and has MLX's allocator hand out a buffer of each cache size once (the

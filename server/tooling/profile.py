@@ -97,12 +97,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         choices=("auto", *ATTENTION_MODES),
         default="auto",
         help="attention (drafter/attention.py): exact-length keys, polyexp (MLX's "
-        "attention with a vectorised exp, drafter/polyexp.py), stable "
-        "(whole 256-row buffer, masked), vector (the CUDA vector kernel, a verify block "
-        "in one launch), "
-        "or auto (vector on CUDA, polyexp on an AMD CPU under MKL, else exact). On CUDA, "
-        "stable pays only with cuDNN attention on (MLX_CUDA_USE_CUDNN_SDPA=1), vector only "
-        "with it off (unset or 0)",
+        "attention with a vectorised exp, drafter/polyexp.py), vector (the CUDA vector "
+        "kernel, a verify block in one launch, cuDNN attention off), or auto (the "
+        "backend's bundle, drafter/kernels.py)",
     )
     parser.add_argument(
         "--linear",

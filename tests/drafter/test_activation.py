@@ -11,9 +11,8 @@ import pytest
 from mlx_lm.models.activations import swiglu as mlx_swiglu
 from mlx_lm.models.cache import make_prompt_cache
 
-from drafter import cpu_blas, polyexp
-from drafter.activation import calls_mlx_swiglu, choose_activation
-from drafter.cpu_blas import AMD, INTEL
+from drafter import polyexp
+from drafter.activation import calls_mlx_swiglu
 from drafter.decoding import prefill
 from drafter.forward import Forward, set_activation
 from drafter.rowwise import MAX_ROWS
@@ -96,28 +95,6 @@ def test_mlx_swiglu_is_what_the_polyexp_one_stands_for() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("vendor", "blas", "speculative", "expected"),
-    [
-        (AMD, "mkl", True, "prefill"),
-        (AMD, "mkl", False, "prefill"),
-        (AMD, "openblas", True, "mlx"),
-        (INTEL, "mkl", True, "polyexp"),
-        (INTEL, "mkl", False, "mlx"),
-        (None, "mkl", True, "mlx"),
-    ],
-)
-def test_the_cpu_default_activation_follows_the_vendor_the_blas_and_speculation(
-    monkeypatch: pytest.MonkeyPatch, vendor: str | None, blas: str, speculative: bool, expected: str
-) -> None:
-    """Each where it was measured: prefill chunks with polyexp on an AMD CPU under MKL,
-    in both decode paths; every forward with polyexp for speculation on an Intel CPU,
-    where classic decode ran slower with it; mlx where unmeasured or unreadable."""
-    monkeypatch.setattr(cpu_blas, "cpu_vendor", lambda: vendor)
-    monkeypatch.setattr(cpu_blas, "bound_blas", lambda: blas)
-    assert choose_activation(speculative) == expected
-
-
 def test_prefill_activation_takes_polyexp_for_prefill_chunks_and_mlx_for_decode_rows(
     pair: Pair,
 ) -> None:
@@ -166,74 +143,3 @@ def test_a_prefill_activation_speculative_engine_decodes_as_its_classic_engine(
         assert decode(4) == decode(None)
     finally:
         engine.use(activation="mlx")
-
-
-@pytest.mark.parametrize(("speculative", "expected"), [(True, "compiled"), (False, "mlx")])
-def test_the_cuda_default_activation_is_compiled_only_for_speculation(
-    monkeypatch: pytest.MonkeyPatch, speculative: bool, expected: str
-) -> None:
-    """Measured on an H100 for the verify's multi-row calls; classic decode's one-row
-    steps did not gain, so a classic engine keeps mlx."""
-    from drafter import device
-
-    monkeypatch.setattr(device, "on_cuda", lambda: True)
-    monkeypatch.setattr(device, "on_cpu", lambda: False)
-    assert choose_activation(speculative) == expected
-
-
-def test_compiled_activation_gives_multi_row_calls_the_same_bits_and_leaves_one_row_calls(
-    pair: Pair,
-) -> None:
-    """The compiled feed-forward block is the same ops, so the same bits; a module keeps
-    one compiled function, made on its first multi-row call, and a one-row step or a
-    prefill wider than rowwise.MAX_ROWS runs as written."""
-    mlp = next(m for m in pair.model.modules() if calls_mlx_swiglu(type(m)))
-    key = mx.random.key(3)
-    shapes = [(1, 8, mlp.gate_proj.weight.shape[1]), (1, 1, mlp.gate_proj.weight.shape[1])]
-    inputs = [mx.random.normal(s, key=key) for s in shapes + [(1, 40, shapes[0][2])]]
-    plain = [mlp(x) for x in inputs]
-    try:
-        assert set_activation(pair.model, "compiled") > 0
-        assert type(mlp).__name__.startswith("Compiled")
-        compiled = [mlp(x) for x in inputs]
-        made = mlp.__dict__.get("_compiled")
-        assert made is not None, "the 8-row call made the compiled function"
-        mlp(inputs[0])
-        assert mlp.__dict__["_compiled"] is made, "and later calls reuse it"
-        for want, got in zip(plain, compiled, strict=True):
-            assert np.array_equal(np.array(want), np.array(got))
-    finally:
-        set_activation(pair.model, "mlx")
-    assert "_compiled" not in mlp.__dict__, "swapping the class back drops the function"
-    assert not any(type(m).__name__.startswith("Compiled") for m in pair.model.modules())
-
-
-def test_a_compiled_speculative_engine_decodes_as_classic_and_retraces_after_a_layout_swap(
-    pair: Pair,
-) -> None:
-    """Greedy speculative output under the compiled activation (rowwise products, as on
-    CUDA) equals classic decode; a new product layout (drafter/linear.py) drops the
-    compiled functions, which had traced the old one, and keeps the activation."""
-    from drafter.linear import choose_linear
-    from drafter.sampling import SamplingParams
-
-    prompt = list(b"The quick brown fox")
-    engine = engine_on(pair, pair.drafter, 4, attention="exact", linear="rowwise", activation="mlx")
-
-    def decode(width: int | None) -> list[int]:
-        steps = engine.generate(prompt, 24, SamplingParams(), ignore_eos=True, width=width)
-        return [t.id for step in steps for t in step]
-
-    classic = decode(None)
-    try:
-        engine.use(activation="compiled")
-        assert decode(4) == classic
-        assert any("_compiled" in m.__dict__ for m in pair.model.modules())
-        engine.use(linear="matrix")
-        assert not any("_compiled" in m.__dict__ for m in pair.model.modules())
-        assert engine.activation == "compiled"
-        assert any(type(m).__name__.startswith("Compiled") for m in pair.model.modules())
-        assert decode(4) == classic
-    finally:
-        engine.use(activation="mlx")
-        engine.use(linear=choose_linear())

@@ -1,10 +1,9 @@
-"""Attention modes: shape-stable reads see the whole cache buffer, masked, vector
-attention splits causal blocks into chunks and folds unmasked rows into heads,
+"""Attention modes: vector attention splits causal blocks into chunks and folds
+unmasked rows into heads,
 polyexp caches take drafter/polyexp.py, and all compute what exact-length keys compute."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,13 +17,11 @@ from drafter import polyexp
 from drafter.attention import (
     RESERVE_AHEAD,
     PolyexpKVCache,
-    StableKVCache,
     VectorKVCache,
     chunked_attention,
     folded_attention,
     make_cache,
     reserve,
-    tail_mask,
 )
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.forward import route_attention
@@ -36,41 +33,15 @@ def feed(cache: KVCache, rows: int, offset_seed: int = 0) -> tuple[mx.array, mx.
     return cache.update_and_fetch(keys, keys + 1)
 
 
-def test_multi_row_reads_present_the_whole_buffer_and_one_row_reads_the_exact_slice() -> None:
-    cache = StableKVCache()
-    keys, _ = feed(cache, 10)  # first fill: exact length
-    assert keys.shape[2] == 10
-    for seed in range(1, 30):  # verify-like updates: the read shape never changes
-        keys, _ = feed(cache, 4, seed)
-        assert keys.shape[2] == 256
-        cache.trim(2)
-    one, _ = feed(cache, 1, 99)
-    assert one.shape[2] == cache.offset
-
-
-def test_buffer_grows_by_whole_steps_so_lengths_stay_multiples_of_256() -> None:
-    cache = StableKVCache()
-    feed(cache, 250)
-    for seed, rows in enumerate((4, 8, 16, 3, 64, 200, 5)):
-        expected = cache.allocation_after(rows)
-        before = cache.keys[..., : cache.offset, :]
-        feed(cache, rows, seed)
-        assert cache.keys.shape[2] == expected and expected % 256 == 0
-        assert mx.array_equal(cache.keys[..., : before.shape[2], :], before).item()
-    assert cache.offset == 250 + 4 + 8 + 16 + 3 + 64 + 200 + 5
-
-
 def test_reserve_sizes_a_buffer_once_in_whole_steps_and_keeps_its_rows() -> None:
-    cache, empty, stable = KVCache(), VectorKVCache(), StableKVCache()
+    cache, empty = KVCache(), VectorKVCache()
     feed(cache, 10)
-    feed(stable, 10)
     before = cache.keys[..., :10, :]
-    reserve([cache, empty, stable], 10, 600)
+    reserve([cache, empty], 10, 600)
     assert cache.keys.shape[2] == 768 and cache.offset == 10
     assert mx.array_equal(cache.keys[..., :10, :], before).item()
     feed(empty, 5)  # no rows yet: its first write allocates the whole size
     assert empty.keys.shape[2] == 768
-    assert stable.keys.shape[2] == 256  # its buffer is its attention length: left alone
     for seed in range(1, 120):  # writes up to the reserved length never grow the buffer
         feed(cache, 5, seed)
         feed(empty, 5, seed)
@@ -83,14 +54,6 @@ def test_a_large_max_tokens_reserves_at_most_reserve_ahead_rows_past_the_prompt(
     feed(cache, 300)
     reserve([cache], 300, 100_000)
     assert cache.keys.shape[2] == 256 * ((300 + RESERVE_AHEAD + 255) // 256)
-
-
-def test_tail_mask_is_bottom_right_causal_over_the_real_keys() -> None:
-    mask = tail_mask(offset=3, rows=2, length=8, dtype=mx.float32, causal=True)
-    visible = (mask == 0).tolist()
-    assert visible == [[True] * 4 + [False] * 4, [True] * 5 + [False] * 3]
-    block = tail_mask(offset=3, rows=2, length=8, dtype=mx.float32, causal=False)
-    assert (block == 0).tolist() == [[True] * 5 + [False] * 3]  # one row, broadcast
 
 
 def qkv(rows: int, keys: int, heads: int = 6, kv_heads: int = 2, seed: int = 0) -> list:
@@ -152,7 +115,7 @@ def test_routing_is_installed_once_and_leaves_other_caches_alone(
     assert not mx.array_equal(own, original(q, k, v, cache=None, scale=0.25, mask="causal"))
 
 
-@pytest.mark.parametrize("attention", ["stable", "vector", "polyexp"])
+@pytest.mark.parametrize("attention", ["vector", "polyexp"])
 @pytest.mark.parametrize("kind", ["qwen3", "qwen3_5"])
 def test_verify_logits_match_exact_keys(
     tmp_path: Path, kind: str, attention: str, unrouted: None, monkeypatch: pytest.MonkeyPatch
@@ -163,41 +126,9 @@ def test_verify_logits_match_exact_keys(
         route_attention(model)
     prompt, block = mx.array([list(range(3, 40))]), mx.array([[5, 9, 2, 7, 11, 4, 8]])
     exact, other = make_cache(model, "exact"), make_cache(model, attention)
-    kind_of = {"stable": StableKVCache, "vector": VectorKVCache, "polyexp": PolyexpKVCache}[
-        attention
-    ]
+    kind_of = {"vector": VectorKVCache, "polyexp": PolyexpKVCache}[attention]
     assert any(isinstance(c, kind_of) for c in other)
     model(prompt, cache=exact), model(prompt, cache=other)
     want, got = model(block, cache=exact), model(block, cache=other)
     assert mx.allclose(want, got, atol=1e-5, rtol=1e-5).item()
     assert mx.array_equal(mx.argmax(want, -1), mx.argmax(got, -1)).item()
-
-
-@pytest.mark.parametrize(
-    ("device", "set_to", "mode", "after"),
-    [
-        ("cpu-amd-mkl", None, "polyexp", None),  # where polyexp was measured to pay
-        ("cpu", None, "exact", None),  # other CPUs; the cuDNN setting untouched
-        ("metal", None, "exact", None),
-        ("cuda", None, "vector", "0"),  # CUDA, unset: cuDNN attention off, vector kernel
-        ("cuda", "1", "stable", "1"),  # the operator keeps cuDNN: stable keys pay then
-        ("cuda", "0", "vector", "0"),
-    ],
-)
-def test_choose_attention_follows_the_device_and_the_operators_cudnn_setting(
-    monkeypatch: pytest.MonkeyPatch, device: str, set_to: str | None, mode: str, after: str | None
-) -> None:
-    import drafter.cpu_blas
-    import drafter.device
-    from drafter.attention import CUDNN_ENV, choose_attention
-
-    monkeypatch.setattr(drafter.cpu_blas, "mkl_on_amd", lambda: device == "cpu-amd-mkl")
-    monkeypatch.setattr(drafter.device, "on_cpu", lambda: device.startswith("cpu"))
-    monkeypatch.setattr(drafter.device, "on_cuda", lambda: device == "cuda")
-    if set_to is None:
-        monkeypatch.delenv(CUDNN_ENV, raising=False)
-    else:
-        monkeypatch.setenv(CUDNN_ENV, set_to)
-    assert choose_attention() == mode
-    assert os.environ.get(CUDNN_ENV) == after
-    monkeypatch.delenv(CUDNN_ENV, raising=False)

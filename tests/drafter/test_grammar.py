@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
+from drafter.acceptance import accept_greedy
 from drafter.batch import BatchDecoder, run_together
 from drafter.decoding import GenerationStats
-from drafter.grammar import GrammarError, json_schema_grammar
+from drafter.grammar import GrammarError, json_schema_grammar, masked
 from drafter.sampling import SamplingParams
 from tests.drafter.conftest import Pair, engine_on
 from tests.drafter.test_speculative import PROMPT, ForcedDrafter
@@ -101,3 +103,32 @@ def test_a_schema_that_does_not_compile_is_a_grammar_error_naming_the_problem(
     with pytest.raises(GrammarError) as raised:
         grammars.compile(json_schema_grammar(schema))
     assert str(raised.value)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_acceptance_from_unmasked_choices_equals_masking_every_row(pair: Pair, seed: int) -> None:
+    """`Constraint.accept` fills a mask only where a row's own choice is refused; its
+    accepted drafts and next token are those of every row masked and then chosen."""
+    engine = engine_on(pair)
+    constraint = engine.constraint(json_schema_grammar({"enum": ["ab", "ac", "abc"]}))
+    quote, a, b, c = (pair.tokenizer.encode(x, add_special_tokens=False)[0] for x in '"abc')
+    eos = min(pair.tokenizer.eos_token_ids)
+    rng = np.random.default_rng(seed)
+    favourites = [quote, a, b, c, eos]
+    start = constraint.mask()
+    for drafts in ([quote, a, b], [quote, a, c, quote], [a, b], [], [quote, a, b, quote, eos]):
+        scores = mx.array(rng.normal(size=(len(drafts) + 1, engine.vocab_size)), mx.float32)
+        top = rng.choice(favourites, size=len(drafts) + 1)
+        scores = scores + 10 * mx.array(np.eye(engine.vocab_size)[top], mx.float32)
+        choices = mx.argmax(masked(scores, constraint.masks(drafts)), axis=-1).tolist()
+        n = accept_greedy(choices, drafts)
+        filled = []
+
+        def masked_choice(row: int, scores: mx.array = scores, filled: list[int] = filled) -> int:
+            filled.append(row)
+            return int(mx.argmax(masked(scores[row], constraint.mask())).item())
+
+        unmasked = mx.argmax(scores, axis=-1).tolist()
+        assert constraint.accept(unmasked, drafts, masked_choice) == (n, choices[n])
+        assert len(filled) <= 1 + len(drafts)
+        assert mx.array_equal(constraint.mask(), start).item()  # the matcher left in place

@@ -12,7 +12,8 @@ from drafter.columns import ColumnsEmbedding
 from drafter.cpu_blas import AMD, bound_blas, cpu_vendor
 from drafter.diagnostics import LINEAR_MODES
 from drafter.forward import set_linear
-from drafter.linear import LAYOUTS, choose_linear
+from drafter.kernels import backend_bundle
+from drafter.linear import LAYOUTS
 from drafter.padded import PaddedEmbedding, PaddedLinear
 from drafter.rowwise import RowwiseEmbedding, RowwiseLinear
 from tests.drafter.conftest import Pair, engine_on
@@ -28,7 +29,7 @@ def test_on_cpu_the_layout_follows_the_bound_blas_and_the_vendor() -> None:
     # The tests run on MLX's CPU backend, in-process, with whichever BLAS pytest's
     # process bound (MKL only when preloaded).
     padded = bound_blas() == "mkl" and cpu_vendor() == AMD
-    assert choose_linear() == ("padded" if padded else "columns")
+    assert backend_bundle().kernels.linear == ("padded" if padded else "columns")
 
 
 @pytest.mark.parametrize(
@@ -69,7 +70,7 @@ def test_an_unknown_layout_is_refused_and_changes_nothing() -> None:
 
 def test_the_engine_sets_one_layout_for_target_and_drafter(pair: Pair) -> None:
     engine = engine_on(pair, pair.drafter, 4)
-    assert engine.linear == choose_linear()
+    assert engine.linear == backend_bundle().kernels.linear
     for mode in LINEAR_MODES:
         engine.use(linear=mode)
         assert engine.linear == mode

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from drafter.activation import calls_mlx_swiglu, choose_activation, plain_class
+from drafter.activation import calls_mlx_swiglu, plain_class
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.dflash import write_random_drafter
+from drafter.kernels import backend_bundle
 from drafter.loading import LoadOptions, load_engine
 
 
@@ -72,12 +73,12 @@ def test_a_load_checks_its_prompt_cache_hits_and_reports_their_step(tmp_path: Pa
 def test_a_load_puts_the_target_in_the_activation_asked_for(
     tmp_path: Path, asked: str | None
 ) -> None:
-    """None leaves the choice to choose_activation (classic here: no drafter); the engine
+    """None leaves the choice to the backend's bundle (classic here: no drafter); the engine
     reports the mode in force and the target's feed-forward layers are in it."""
     target = write_tiny_model(tmp_path / "target", "qwen3")
     options = LoadOptions(tmp_path / "cache", str(target), "none", activation=asked)
     engine = load_engine(options).engine
-    expected = choose_activation(False) if asked is None else asked
+    expected = backend_bundle().kernels.activation if asked is None else asked
     assert engine.activation == expected
     modules = engine.model.modules()
     plain = {id(m): plain_class(type(m)) for m in modules}

@@ -6,7 +6,7 @@ import time
 
 import httpx
 
-from drafter.cpu_blas import AMD, cpu_vendor
+from drafter.cpu_blas import AMD, INTEL, cpu_vendor
 from tests.cpu_entry import CPU_BLAS, CPU_RECORD, CPU_WIDTH
 from tests.e2e.serverproc import ServerProcess
 
@@ -22,9 +22,11 @@ def test_health_reports_model_backend_and_the_width_resolution(server: ServerPro
     assert (speculative["block_size"], speculative["source"]) == (CPU_WIDTH, "policy")
     assert speculative["reason"].startswith(f"cpu {CPU_BLAS} unquantized dflash: measured")
     assert speculative["drafter"] == "none" and speculative["speculative"] is False
-    # How products run under that BLAS on this CPU (drafter/linear.py: choose_linear).
+    # How products run under that BLAS on this CPU (drafter/kernels.py).
     padded = CPU_BLAS == "mkl" and cpu_vendor() == AMD
     assert speculative["linear"] == ("padded" if padded else "columns")
+    other = "cpu-intel" if cpu_vendor() == INTEL else "cpu"
+    assert speculative["kernels"] == ("cpu-amd-mkl" if padded else other)
 
 
 def test_models_lists_the_served_model(http: httpx.Client, model_id: str) -> None:
@@ -56,6 +58,9 @@ def test_startup_and_dflash_config_lines_are_json(server: ServerProcess) -> None
     assert CPU_RECORD in config["reason"]
     assert config["quantization"] is None
     assert config["draft_head_tokens"] is None  # no drafter
+    assert (
+        config["kernels"] == httpx.get(f"{server.base_url}/health").json()["speculative"]["kernels"]
+    )
     assert events["server.ready"]["model"] == "tiny-qwen3-seed0"
 
 

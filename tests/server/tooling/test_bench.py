@@ -225,6 +225,7 @@ def test_the_speculative_block_of_health_is_read_as_the_loaders_type() -> None:
         "backend": "cpu",
         "compute_capability": None,
         "quantization": None,
+        "kernels": "cpu",
         "attention": "exact",
         "linear": "columns",
         "activation": "mlx",
