@@ -122,7 +122,7 @@ def test_acceptance_from_unmasked_choices_equals_masking_every_row(pair: Pair, s
         scores = scores + 10 * mx.array(np.eye(engine.vocab_size)[top], mx.float32)
         choices = mx.argmax(masked(scores, constraint.masks(drafts)), axis=-1).tolist()
         n = accept_greedy(choices, drafts)
-        filled = []
+        filled: list[int] = []
 
         def masked_choice(row: int, scores: mx.array = scores, filled: list[int] = filled) -> int:
             filled.append(row)
