@@ -303,13 +303,9 @@ class QueuedBatch:
     fed rows not yet committed), each request's choice judged but not read."""
 
     sequences: list[Sequence]
-    rounds: list[Round]  # width 1 each: `choices` (1,) and `rows`, lazy
+    rounds: list[Round]  # width 1 each: `rows` (1, V), lazy
+    choices: mx.array  # (B,) the chosen tokens, lazy: the next step's fed rows
     features: mx.array | None  # (B, 1, F) the fed rows', for the drafter's context
-
-    @property
-    def choices(self) -> mx.array:
-        """(B,) the chosen tokens, lazy: the next step's fed rows."""
-        return mx.concatenate([current.choices for current in self.rounds])
 
 
 @dataclass(eq=False)
@@ -467,10 +463,10 @@ class BatchDecoder:
             current = Round(0, 1, mx.array([], dtype=mx.int32), None, None)
             session.judge(current, logits[b], None)
             rounds.append(current)
-        queued = QueuedBatch(list(sequences), rounds, features)
+        choices = mx.concatenate([current.choices for current in rounds])
         extra = [] if features is None else [features]
-        mx.async_eval(queued.choices, *extra, *(r for c in rounds for r in c.report or []))
-        return queued
+        mx.async_eval(choices, *extra, *(r for c in rounds for r in c.report or []))
+        return QueuedBatch(list(sequences), rounds, choices, features)
 
     def take_queued(self, sequences: list[Sequence], queue_next: bool) -> None:
         """Emit the queued step's tokens, pipelined like mlx-lm's generate_step: while

@@ -137,12 +137,8 @@ def test_seeded_sampling_in_a_batch_keeps_each_requests_stream(
     assert_each_equals_solo(engine(pair, speculative), reqs)
 
 
-def test_penalties_and_logprobs_in_a_batch_equal_solo(pair: Pair) -> None:
-    eng = engine(pair, True)
-    reqs = requests(3, seed=9)
-    for req in reqs:
-        req.params = SamplingParams(presence_penalty=0.6, frequency_penalty=0.4, logprobs=2)
-    decoder = BatchDecoder(eng)
+def prefilled(decoder: BatchDecoder, reqs: list[Request]) -> tuple[list[Sequence], list[list[Any]]]:
+    """The requests started and prefilled; each one's tokens so far (its first)."""
     sequences = [
         decoder.start(r.prompt, r.max_tokens, r.params, GenerationStats(), True) for r in reqs
     ]
@@ -150,6 +146,28 @@ def test_penalties_and_logprobs_in_a_batch_equal_solo(pair: Pair) -> None:
     for i, sequence in enumerate(sequences):
         while sequence.prefill is not None:
             got[i] += decoder.advance_prefill(sequence)
+    return sequences, got
+
+
+def assert_tokens_and_logprobs_equal_solo(
+    eng: Engine, reqs: list[Request], got: list[list[Any]]
+) -> None:
+    for i, req in enumerate(reqs):
+        rounds = eng.generate(req.prompt, req.max_tokens, req.params, ignore_eos=True)
+        alone = [token for tokens in rounds for token in tokens]
+        assert [t.id for t in got[i]] == [t.id for t in alone]
+        for mine, theirs in zip(got[i], alone, strict=True):
+            assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-5)
+            assert mine.top_logprobs == pytest.approx(theirs.top_logprobs, abs=1e-5)
+
+
+def test_penalties_and_logprobs_in_a_batch_equal_solo(pair: Pair) -> None:
+    eng = engine(pair, True)
+    reqs = requests(3, seed=9)
+    for req in reqs:
+        req.params = SamplingParams(presence_penalty=0.6, frequency_penalty=0.4, logprobs=2)
+    decoder = BatchDecoder(eng)
+    sequences, got = prefilled(decoder, reqs)
     while any(not s.done for s in sequences):
         decoding = [s for s in sequences if not s.done]
         decoder.step(decoding, WIDTH)
@@ -197,13 +215,7 @@ def test_a_batchs_classic_steps_are_pipelined_and_report_solo_logprobs(pair: Pai
     for req in reqs:
         req.params, req.max_tokens = SamplingParams(logprobs=2), 12
     decoder = BatchDecoder(eng)
-    sequences = [
-        decoder.start(r.prompt, r.max_tokens, r.params, GenerationStats(), True) for r in reqs
-    ]
-    got: list[list[Any]] = [[] for _ in reqs]
-    for i, sequence in enumerate(sequences):
-        while sequence.prefill is not None:
-            got[i] += decoder.advance_prefill(sequence)
+    sequences, got = prefilled(decoder, reqs)
     pipelined = 0
     while not sequences[0].done:
         decoder.step(sequences, 1)
@@ -213,13 +225,7 @@ def test_a_batchs_classic_steps_are_pipelined_and_report_solo_logprobs(pair: Pai
     decoder.release()
     by_length = all(type(c).__name__ != "ArraysCache" for c in sequences[0].session.cache)
     assert pipelined == (10 if by_length else 0)  # all but the last of 11 steps
-    for i, req in enumerate(reqs):
-        rounds = eng.generate(req.prompt, req.max_tokens, req.params, ignore_eos=True)
-        alone = [token for tokens in rounds for token in tokens]
-        assert [t.id for t in got[i]] == [t.id for t in alone]
-        for mine, theirs in zip(got[i], alone, strict=True):
-            assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-5)
-            assert mine.top_logprobs == pytest.approx(theirs.top_logprobs, abs=1e-5)
+    assert_tokens_and_logprobs_equal_solo(eng, reqs, got)
 
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])

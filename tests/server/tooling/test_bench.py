@@ -305,7 +305,11 @@ def test_sweep_times_requests_and_reads_the_server_counters(
     width = record["arms"][1]
     request = width["runs"][0][0]
     assert 0 < request["ttft_s"] <= request["e2e_s"]
-    assert request["rounds"] >= 1 and request["drafted"] == request["rounds"]  # width 2: 1 draft
+    # The server's first request explores the widest width first (drafter/goodput.py);
+    # later ones run whatever the control picks, classic for this random drafter.
+    assert width["warmup"][0][0]["rounds"] >= 1
+    everything = [r for run in width["warmup"] + width["runs"] for r in run]
+    assert all(r["drafted"] == r["rounds"] for r in everything)  # width 2: 1 draft a round
     assert width["acceptance_length"] >= 1.0 and width["time_per_round_ms"] > 0
     assert width["tok_s"]["low"] > 0 and width["speedup"] > 0
     assert width["verdict"] in (ABOVE, OVERLAPPING, BELOW)
