@@ -174,14 +174,7 @@ def test_penalties_and_logprobs_in_a_batch_equal_solo(pair: Pair) -> None:
         for i, sequence in enumerate(sequences):
             if sequence in decoding:
                 got[i] += sequence.tokens
-    for i, req in enumerate(reqs):
-        rounds = eng.generate(req.prompt, req.max_tokens, req.params, ignore_eos=True)
-        alone = [token for tokens in rounds for token in tokens]
-        assert [t.id for t in got[i]] == [t.id for t in alone]
-        for mine, theirs in zip(got[i], alone, strict=True):
-            assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-5)
-            assert mine.top_logprobs is not None and theirs.top_logprobs is not None
-            assert mine.top_logprobs.keys() == theirs.top_logprobs.keys()
+    assert_tokens_and_logprobs_equal_solo(eng, reqs, got)
 
 
 def test_stats_count_the_rounds_that_drafted(pair: Pair) -> None:
