@@ -310,7 +310,12 @@ def test_sweep_times_requests_and_reads_the_server_counters(
     assert width["warmup"][0][0]["rounds"] >= 1
     everything = [r for run in width["warmup"] + width["runs"] for r in run]
     assert all(r["drafted"] == r["rounds"] for r in everything)  # width 2: 1 draft a round
-    assert width["acceptance_length"] >= 1.0 and width["time_per_round_ms"] > 0
+    drafted = any(r["rounds"] for run in width["runs"] for r in run)
+    if drafted:
+        assert width["acceptance_length"] >= 1.0
+    else:  # every timed step ran classic: no acceptance to report
+        assert width["acceptance_length"] is None
+    assert width["time_per_round_ms"] > 0
     assert width["tok_s"]["low"] > 0 and width["speedup"] > 0
     assert width["verdict"] in (ABOVE, OVERLAPPING, BELOW)
 
