@@ -273,11 +273,10 @@ class BatchState(SharedCaches):
         ids = {id(sequence) for sequence in sequences}
         staying = [b for b, s in enumerate(self.sequences) if id(s) in ids]
         kept = [self.sequences[b] for b in staying]
-        joining = sequences[len(kept) :]
-        old = {id(sequence) for sequence in self.sequences}
-        if not staying or sequences[: len(kept)] != kept or any(id(s) in old for s in joining):
+        if not staying or sequences[: len(kept)] != kept:  # the rest are then all new
             return False
-        leaving = [b for b in range(len(self.sequences)) if id(self.sequences[b]) not in ids]
+        joining = sequences[len(kept) :]
+        leaving = [b for b, s in enumerate(self.sequences) if id(s) not in ids]
         for i, layer in enumerate(self.layers):
             layer.release([self.sequences[b].session.cache[i] for b in leaving], leaving)
             layer.regroup(staying, [s.session.cache[i] for s in joining])

@@ -185,13 +185,14 @@ class Attention(nn.Module):
         offset = block_starts[0] if B == 1 else mx.array(block_starts)
         queries = rope(self.q_norm(self.heads(self.q_proj(x), self.n_heads)), offset=offset)
         fetched = [self.fetch(x[b : b + 1], contexts[b], rope, caches[b]) for b in range(B)]
+        mask = None
         if B == 1:
-            keys, values, mask = fetched[0]
+            keys, values = fetched[0]
         else:
             lengths = [start + L for start in block_starts]
             width = max(lengths)
-            keys = right_padded([k for k, _, _ in fetched], lengths, width)
-            values = right_padded([v for _, v, _ in fetched], lengths, width)
+            keys = right_padded([k for k, _ in fetched], lengths, width)
+            values = right_padded([v for _, v in fetched], lengths, width)
             mask = (mx.arange(width)[None] < mx.array(lengths)[:, None])[:, None, None, :]
         if mask is None and isinstance(caches[0], VectorKVCache):
             out = folded_attention(queries, keys, values, self.scale)
@@ -205,7 +206,7 @@ class Attention(nn.Module):
 
     def fetch(
         self, x: mx.array, context: mx.array, rope: nn.Module, cache: KVCache
-    ) -> tuple[mx.array, mx.array, mx.array | None]:
+    ) -> tuple[mx.array, mx.array]:
         """One request: write [new context; block] into its cache, read [context; block]
         back, and trim the block off again: only the context stays cached.
 
@@ -220,7 +221,7 @@ class Attention(nn.Module):
         rows = mx.concatenate([context, x], axis=1) if context.shape[1] > 0 else x
         keys, values = self.write(rows, rope, cache)
         cache.trim(L)
-        return keys, values, None
+        return keys, values
 
     def write(self, rows: mx.array, rope: nn.Module, cache: KVCache) -> tuple[mx.array, mx.array]:
         """Append the keys and values of `rows` (1, S, H), at the cache's next positions;
