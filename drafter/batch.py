@@ -196,13 +196,28 @@ def classic_now(session: Session, width: int) -> bool:
     )
 
 
+def classic_round(session: Session, logits: mx.array, ckpt: rollback.Checkpoint | None) -> Round:
+    """A classic step's round, its one row judged (lazy): logits (1, V)."""
+    current = Round(0, 1, mx.array([], dtype=mx.int32), None, ckpt)
+    session.judge(current, logits, None)
+    return current
+
+
+def emit_classic(sequence: Sequence, token: int, rows: mx.array, features: mx.array | None) -> None:
+    """A classic step's token; its fed row's features (1, 1, F), kept, go to the
+    drafter's context."""
+    sequence.session.emitted([token])
+    if features is not None:
+        sequence.session.keep_features(features)
+    sequence.emit([token], rows)
+
+
 def queue_classic(session: Session, token: mx.array) -> Queued:
     """Feed `token` (lazy) to the target and queue the choice of the one after it (and,
     for a feature-reading drafter, the fed row's features)."""
     ckpt, key = rollback.checkpoint(session.cache), session.chooser.key
     logits, features = session.forward(token.reshape(1, 1), session.cache, taps=session.taps)
-    current = Round(0, 1, mx.array([], dtype=mx.int32), None, ckpt)
-    session.judge(current, logits[0], features)
+    current = classic_round(session, logits[0], ckpt)
     assert current.rows is not None and current.choices is not None
     queued = [current.choices, *(current.report or []), *([] if features is None else [features])]
     mx.async_eval(*queued)
@@ -457,11 +472,7 @@ class BatchDecoder:
         logits, features = self.engine.forward(
             tokens[:, None], self.state.layers, taps=sessions[0].taps
         )
-        rounds = []
-        for b, session in enumerate(sessions):
-            current = Round(0, 1, mx.array([], dtype=mx.int32), None, None)
-            session.judge(current, logits[b], None)
-            rounds.append(current)
+        rounds = [classic_round(session, logits[b], None) for b, session in enumerate(sessions)]
         choices = mx.concatenate([current.choices for current in rounds])
         extra = [] if features is None else [features]
         mx.async_eval(choices, *extra, *(r for c in rounds for r in c.report or []))
@@ -484,17 +495,13 @@ class BatchDecoder:
             for sequence in sequences:
                 sequence.tokens = []
         tokens = current.choices.tolist()  # the step's one host sync
+        features = current.features
         for b, (sequence, keep) in enumerate(zip(current.sequences, kept, strict=True)):
             if keep:
-                self.emit_classic(sequence, tokens[b], current, b)
-
-    def emit_classic(self, sequence: Sequence, token: int, step: QueuedBatch, b: int) -> None:
-        session, rows = sequence.session, step.rounds[b].rows
-        assert rows is not None
-        session.emitted([token])
-        if step.features is not None:  # the fed row is kept: the drafter takes it in
-            session.keep_features(step.features[b : b + 1])
-        sequence.emit([token], rows)
+                rows = current.rounds[b].rows
+                assert rows is not None  # judge() set them
+                fed = None if features is None else features[b : b + 1]
+                emit_classic(sequence, tokens[b], rows, fed)
 
     def pipelined_step(self, sequence: Sequence) -> None:
         """Classic decode alone, pipelined like mlx-lm's generate_step: the next token's
@@ -506,11 +513,7 @@ class BatchDecoder:
         sequence.queued = None
         if sequence.emitted + 1 < sequence.max_tokens:
             sequence.queued = queue_classic(session, current.choice)
-        token = current.choice.item()
-        session.emitted([token])
-        if current.features is not None:  # the fed row is kept: the drafter takes it in
-            session.keep_features(current.features)
-        sequence.emit([token], current.rows)
+        emit_classic(sequence, current.choice.item(), current.rows, current.features)
 
     def solo_round(self, sequence: Sequence, width: int) -> None:
         assert sequence.anchor is not None
