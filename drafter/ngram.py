@@ -37,7 +37,8 @@ class History:
     looked_up: tuple[int, int | None] = (-1, None)  # (at this length, where drafts start)
 
     def follow(self, count: int) -> list[int]:
-        """lookup(self.tokens, count)."""
+        """Up to `count` tokens that followed the latest earlier occurrence of the longest
+        suffix of the tokens (`follow_start`); [] when none recurs."""
         if self.looked_up[0] != len(self.tokens):
             self.looked_up = (len(self.tokens), follow_start(self.tokens))
         start = self.looked_up[1]
@@ -53,13 +54,6 @@ def follow_start(tokens: list[int]) -> int | None:
             if tokens[start : start + n] == suffix:
                 return start + n  # before the last token: something follows
     return None
-
-
-def lookup(tokens: list[int], count: int) -> list[int]:
-    """Up to `count` tokens that followed the latest earlier occurrence of the longest
-    suffix of `tokens`; [] when none recurs."""
-    start = follow_start(tokens)
-    return [] if start is None else tokens[start : start + count]
 
 
 class NgramDrafter:

@@ -11,7 +11,7 @@ from drafter.batch import BatchDecoder, run_together
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.decoding import GenerationStats
 from drafter.loading import LoadOptions, load_engine
-from drafter.ngram import NgramDrafter, lookup
+from drafter.ngram import History, NgramDrafter
 from drafter.probe import probe_exactness
 from drafter.sampling import SamplingParams
 from tests.drafter.conftest import Pair, engine_on
@@ -19,6 +19,10 @@ from tests.drafter.conftest import Pair, engine_on
 # A prompt that repeats itself, so the lookup finds spans to copy.
 COPYING = list(b"one two three four. one two three four. one two three four. one two")
 TOKENS = 40
+
+
+def lookup(tokens: list[int], count: int) -> list[int]:
+    return History(tokens).follow(count)
 
 
 def test_the_longest_recent_suffix_proposes_what_followed_its_latest_occurrence() -> None:
