@@ -81,7 +81,7 @@ def blas_in_use(maps_path: str = "/proc/self/maps") -> str:
 def cpu_vendor(cpuinfo_path: str = "/proc/cpuinfo") -> str | None:
     """The CPU's vendor id (`AuthenticAMD`, `GenuineIntel`, ...), None where unreadable.
     MKL takes other kernels on an AMD CPU than on an Intel one (cpu-blas-amd.md), so
-    what pays under it was measured per vendor (drafter/linear.py: choose_linear)."""
+    what pays under it was measured per vendor (drafter/kernels.py)."""
     try:
         lines = Path(cpuinfo_path).read_text().splitlines()
     except OSError:

@@ -15,8 +15,7 @@ The swap is by class (drafter/linear.py): mlx-lm's model code and the weights
 are untouched. Layers with a bias keep their class. The tied head multiplies by the
 embedding as it is laid out (no contiguous copy, drafter/columns.py): padded, that is
 the faster of the two under MKL there, and it saves the copy's memory. An Intel CPU
-under MKL is not measured padded, so it keeps the column head (drafter/linear.py:
-choose_linear).
+under MKL is not measured padded, so it keeps the column head (drafter/kernels.py).
 """
 
 from __future__ import annotations

@@ -184,8 +184,8 @@ class Scheduler:
             self.control.observe_round(ran, sequence.accepted, sequence)
             emitted += len(sequence.tokens)
         self.metrics.batch_step_tokens.observe(emitted)
-        for state, running in members:
-            if state in self.states:  # a request new to a step may have emitted nothing
+        for state, running in members:  # a request new to a step may have emitted nothing
+            if state in self.states:
                 self.deliver(state, running)
 
     def record_decision(

@@ -117,10 +117,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="the target's feed-forward SwiGLU (drafter/activation.py): mlx (mlx-lm's), "
         "polyexp (with a vectorised exp; pair it with MALLOC_MMAP_THRESHOLD_=33554432 "
         "MALLOC_TRIM_THRESHOLD_=1073741824 for long prompts: drafter/loading.py, "
-        "keep_freed_memory), prefill (polyexp for prefill chunks only), compiled (mlx-lm's, "
-        "multi-row calls through mx.compile), or auto (prefill on an AMD CPU under MKL, "
-        "polyexp when speculating on an Intel CPU, compiled when speculating on CUDA, else "
-        "mlx: drafter/activation.py says why)",
+        "keep_freed_memory), prefill (polyexp for prefill chunks only), or auto (the "
+        "backend's bundle, drafter/kernels.py)",
     )
     parser.add_argument(
         "--heap",
