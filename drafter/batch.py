@@ -203,13 +203,24 @@ def classic_round(session: Session, logits: mx.array, ckpt: rollback.Checkpoint 
     return current
 
 
-def emit_classic(sequence: Sequence, token: int, rows: mx.array, features: mx.array | None) -> None:
+def emit_classic(
+    sequence: Sequence, token: int, rows: mx.array | None, features: mx.array | None
+) -> None:
     """A classic step's token; its fed row's features (1, 1, F), kept, go to the
-    drafter's context."""
+    drafter's context. rows: the logprobs it was chosen from (None: none reported)."""
     sequence.session.emitted([token])
     if features is not None:
         sequence.session.keep_features(features)
     sequence.emit([token], rows)
+
+
+def argmax_chosen(session: Session) -> bool:
+    """Whether a request's classic choice is its logits row's argmax and nothing else
+    is read from the row: greedy, no bias, penalty or grammar, no logprobs reported.
+    A batch of such requests chooses in one op (`BatchDecoder.queue_batch`)."""
+    params = session.params
+    plain = not params.logit_bias and session.counts is None and session.constraint is None
+    return params.greedy and plain and params.logprobs is None
 
 
 def queue_classic(session: Session, token: mx.array) -> Queued:
@@ -317,7 +328,7 @@ class QueuedBatch:
     fed rows not yet committed), each request's choice judged but not read."""
 
     sequences: list[Sequence]
-    rounds: list[Round]  # width 1 each: `rows` (1, V), lazy
+    rows: list[mx.array | None]  # each request's (1, V) logprob rows, lazy (None: unread)
     choices: mx.array  # (B,) the chosen tokens, lazy: the next step's fed rows
     features: mx.array | None  # (B, 1, F) the fed rows', for the drafter's context
 
@@ -350,7 +361,7 @@ class Sequence:
         # A complete grammar allows only the end token, so a constrained answer ends by it.
         return self.emitted >= self.max_tokens or self.anchor in self.session.eos_ids
 
-    def emit(self, tokens: list[int], rows: mx.array) -> list[Token]:
+    def emit(self, tokens: list[int], rows: mx.array | None) -> list[Token]:
         self.emitted += len(tokens)
         self.anchor = tokens[-1]
         self.tokens = make_tokens(tokens, rows, self.session.params)
@@ -472,11 +483,15 @@ class BatchDecoder:
         logits, features = self.engine.forward(
             tokens[:, None], self.state.layers, taps=sessions[0].taps
         )
+        extra = [] if features is None else [features]
+        if all(map(argmax_chosen, sessions)):  # host work that does not grow with B
+            choices = mx.argmax(logits[:, 0], axis=-1)
+            mx.async_eval(choices, *extra)
+            return QueuedBatch(list(sequences), [None] * len(sessions), choices, features)
         rounds = [classic_round(session, logits[b], None) for b, session in enumerate(sessions)]
         choices = mx.concatenate([current.choices for current in rounds])
-        extra = [] if features is None else [features]
         mx.async_eval(choices, *extra, *(r for c in rounds for r in c.report or []))
-        return QueuedBatch(list(sequences), rounds, choices, features)
+        return QueuedBatch(list(sequences), [c.rows for c in rounds], choices, features)
 
     def take_queued(self, sequences: list[Sequence], queue_next: bool) -> None:
         """Emit the queued step's tokens, pipelined like mlx-lm's generate_step: while
@@ -498,10 +513,8 @@ class BatchDecoder:
         features = current.features
         for b, (sequence, keep) in enumerate(zip(current.sequences, kept, strict=True)):
             if keep:
-                rows = current.rounds[b].rows
-                assert rows is not None  # judge() set them
                 fed = None if features is None else features[b : b + 1]
-                emit_classic(sequence, tokens[b], rows, fed)
+                emit_classic(sequence, tokens[b], current.rows[b], fed)
 
     def pipelined_step(self, sequence: Sequence) -> None:
         """Classic decode alone, pipelined like mlx-lm's generate_step: the next token's

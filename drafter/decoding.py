@@ -128,11 +128,14 @@ def make_token(token: int, logprobs: mx.array, params: SamplingParams) -> Token:
     return make_tokens([token], logprobs[None], params)[0]
 
 
-def make_tokens(tokens: list[int], logprobs: mx.array, params: SamplingParams) -> list[Token]:
+def make_tokens(
+    tokens: list[int], logprobs: mx.array | None, params: SamplingParams
+) -> list[Token]:
     """Tokens with their reported logprobs, in one host sync; logprobs: (n, V), row i
-    the one tokens[i] was chosen from."""
+    the one tokens[i] was chosen from (None when the request reports none)."""
     if params.logprobs is None:
         return [Token(token, 0.0) for token in tokens]
+    assert logprobs is not None, "a request that reports logprobs needs their rows"
     chosen = mx.take_along_axis(logprobs, mx.array(tokens)[:, None], axis=-1)[:, 0]
     if params.logprobs <= 0:
         return [Token(t, lp, {}) for t, lp in zip(tokens, chosen.tolist(), strict=True)]

@@ -10,7 +10,8 @@ expected tokens per second:
     cost(w, B) = B * the measured wall time per request of a step at width w, at
                  batch sizes of B's size class (1, 2, 3-4, 5-8, ...)
     width      = argmax_w tokens(w) / cost(w, B),  w in {1, 2, 4, ..., ceiling},
-                 and 1 unless that promises MARGIN more than a classic step
+                 and 1 unless that promises MARGIN more than a classic step (SWITCH
+                 more while the size class decodes classically)
 
 Width 1 is a classic step; a lone request's is pipelined as a classic server's is
 (drafter/batch.py), so its cost is the real classic cost. P_r is the request's own
@@ -42,6 +43,11 @@ MAX_REPROBE = 256  # ... and at most, while re-measuring changes nothing
 # What speculation must promise over a classic step to be chosen: the estimates are
 # medians of a few noisy steps, and a classic step is the cheaper one to get wrong.
 MARGIN = 1.05
+# ... to be resumed while a size class decodes classically: a switch costs what no
+# step's median shows (the first wide step takes in every context row kept since the
+# requests last drafted, and the classic pipeline restarts after it), so estimates that
+# sit near a classic step's must not flip the class back and forth.
+SWITCH = 1.2
 
 
 def candidate_widths(ceiling: int) -> list[int]:
@@ -109,6 +115,7 @@ class WidthControl:
         self.times: dict[tuple[int, int], deque[float]] = {}  # seconds per request
         self.measured_at: dict[tuple[int, int], int] = {}
         self.reprobes: dict[int, Reprobe] = {}
+        self.speculating: dict[int, bool] = {}  # size class -> its last goodput choice was wide
         self.steps = 0
 
     def pooled_rates(self) -> list[float]:
@@ -154,7 +161,7 @@ class WidthControl:
             for w in self.widths
         }
         best = max(expected, key=expected.__getitem__)
-        if expected[best] < MARGIN * expected[1]:
+        if expected[best] < (MARGIN if self.speculating.get(size) else SWITCH) * expected[1]:
             best = 1
         reprobe = self.reprobes.setdefault(size, Reprobe())
         if self.steps >= reprobe.due:
@@ -164,6 +171,7 @@ class WidthControl:
             reprobe.due, reprobe.best = self.steps + reprobe.interval, best
             stalest = min(self.widths, key=lambda w: self.measured_at[(w, size)])
             return Choice(stalest, "reprobe", expected)
+        self.speculating[size] = best > 1
         return Choice(best, "goodput", expected)
 
     def cost(self, width: int, size: int) -> float:

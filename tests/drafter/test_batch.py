@@ -200,13 +200,18 @@ def test_stats_count_the_rounds_that_drafted(pair: Pair) -> None:
     assert all(s.rounds == 1 and s.drafted == WIDTH - 1 for s in stats)
 
 
-def test_a_batchs_classic_steps_are_pipelined_and_report_solo_logprobs(pair: Pair) -> None:
+@pytest.mark.parametrize("reporting", [3, 1, 0], ids=["all-logprobs", "one", "none"])
+def test_a_batchs_classic_steps_are_pipelined_and_report_solo_logprobs(
+    pair: Pair, reporting: int
+) -> None:
     """While a batch and its width hold, each classic step queues the next one's forward
-    before reading its own; tokens and logprobs stay each request's solo ones."""
+    before reading its own; tokens and logprobs stay each request's solo ones, whether
+    the batch chooses request by request or (no logprobs anywhere) in one argmax."""
     eng = engine(pair, False)
     reqs = requests(3, seed=19)
-    for req in reqs:
-        req.params, req.max_tokens = SamplingParams(logprobs=2), 12
+    for i, req in enumerate(reqs):
+        req.params = SamplingParams(logprobs=2) if i < reporting else SamplingParams()
+        req.max_tokens = 12
     decoder = BatchDecoder(eng)
     sequences, got = prefilled(decoder, reqs)
     pipelined = 0

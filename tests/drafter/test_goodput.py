@@ -5,8 +5,10 @@ be ruled out."""
 from __future__ import annotations
 
 from drafter.goodput import (
+    MARGIN,
     MAX_REPROBE,
     REPROBE,
+    SWITCH,
     Choice,
     WidthControl,
     candidate_widths,
@@ -166,3 +168,23 @@ def test_speculation_must_promise_a_margin_over_a_classic_step() -> None:
     choice = control.choose(batch(8))
     assert 1.0 < choice.expected[2] / choice.expected[1] < 1.05  # ahead on paper, by less
     assert choice.width == 1
+
+
+def test_a_classic_size_class_resumes_speculation_only_for_a_larger_promise() -> None:
+    """Near a classic step's estimate the class keeps what it runs: resuming speculation
+    asks SWITCH, staying with it asks MARGIN."""
+    control = WidthControl(2)
+    measured(control, batch(8), {1: 0.100, 2: 0.175})
+    for _ in range(300):
+        control.observe_round(2, 1)  # every draft kept: 2 tokens for 1.75x the cost
+    first = control.choose(batch(8))
+    assert MARGIN < first.expected[2] / first.expected[1] < SWITCH
+    assert first.width == 1  # classic so far: not enough to switch
+    for _ in range(3):
+        control.observe_step(2, 8, 0.150)  # cheaper wide steps now: 2 tokens for 1.5x
+    assert control.choose(batch(8)).width == 2  # a promise above SWITCH
+    for _ in range(5):
+        control.observe_step(2, 8, 0.175)  # back to 1.75x the cost
+    choice = control.choose(batch(8))
+    assert MARGIN < choice.expected[2] / choice.expected[1] < SWITCH
+    assert choice.width == 2  # speculating already: MARGIN keeps it
