@@ -188,8 +188,9 @@ class DraftScores:
 
 class Drafter(Protocol):
     """What the round loop needs of a drafter: `drafter/dflash.py: DFlashDrafter` (reads
-    the target's features at `target_layer_ids`) or `drafter/ngram.py: NgramDrafter`
-    (reads the request's tokens, which `observe` hands it)."""
+    the target's features at `target_layer_ids`), `drafter/ngram.py: NgramDrafter`
+    (reads the request's tokens, which `observe` hands it), or `drafter/hybrid.py:
+    HybridDrafter` (both)."""
 
     @property
     def target_layer_ids(self) -> list[int]: ...

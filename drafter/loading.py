@@ -26,6 +26,7 @@ from drafter.dflash import load_drafter
 from drafter.diagnostics import SpeculativeConfig
 from drafter.engine import Engine, target_vocab
 from drafter.files import config_value, model_reference, read_config
+from drafter.hybrid import HybridDrafter
 from drafter.ngram import NgramDrafter
 from drafter.probe import DIFFERS, EXACT, ProbeResult, probe_exactness
 from drafter.prompt_cache import PROBE_TEXT, PromptCache, hits_are_exact
@@ -205,10 +206,13 @@ def load_engine(options: LoadOptions) -> Loaded:
     else:
         drafter_path = drafter_dir(options.draft_model, default_drafter)
         drafter = load_drafter(drafter_path, model) if drafter_path else None
+        if drafter is not None and options.draft_kind == "hybrid":
+            drafter = HybridDrafter(drafter, target_vocab(model))
     quantization = quantization_of(target_path)
     resolution = resolve_width(
         overrides=overrides_from(options.draft_block_size, options.environ),
-        drafter_kind=options.draft_kind,
+        # A hybrid's block is its DFlash drafter's: it takes DFlash's width.
+        drafter_kind="dflash" if options.draft_kind == "hybrid" else options.draft_kind,
         checkpoint_width=None if drafter is None else drafter.prescribed_width,
         device=device,
         quantization=quantization,
@@ -344,10 +348,13 @@ def hub_snapshot(repo_id: str, setting: str) -> Path:
 
 
 def drafter_name(path: Path | None, drafter: Drafter | None) -> str:
-    """What the dflash.config line names: the drafter's directory, `ngram`, or none."""
+    """What the dflash.config line names: the drafter's directory (with `+ ngram` for a
+    hybrid), `ngram`, or none."""
     if isinstance(drafter, NgramDrafter):
         return "ngram"
-    return str(path) if path else NO_DRAFTER
+    if path is None:
+        return NO_DRAFTER
+    return f"{path} + ngram" if isinstance(drafter, HybridDrafter) else str(path)
 
 
 def drafter_dir(value: str | None, default: Path | None) -> Path | None:

@@ -34,26 +34,34 @@ class History:
     of it: a lone step asks whether it drafts (`proposes`), then for the drafts."""
 
     tokens: list[int] = field(default_factory=list)
-    looked_up: tuple[int, int | None] = (-1, None)  # (at this length, where drafts start)
+    # At this length of the tokens: where the drafts start and how long a suffix matched.
+    looked_up: tuple[int, int, int] = (-1, 0, 0)
 
-    def follow(self, count: int) -> list[int]:
+    @property
+    def state(self) -> list[mx.array]:
+        """Nothing on the device (mlx-lm's caches' `state`, which a prefill evaluates)."""
+        return []
+
+    def follow(self, count: int, shortest: int = MIN_NGRAM) -> list[int]:
         """Up to `count` tokens that followed the latest earlier occurrence of the longest
-        suffix of the tokens (`follow_start`); [] when none recurs."""
+        suffix of the tokens (`follow_start`), a suffix of at least `shortest` tokens;
+        [] when none recurs."""
         if self.looked_up[0] != len(self.tokens):
-            self.looked_up = (len(self.tokens), follow_start(self.tokens))
-        start = self.looked_up[1]
-        return [] if start is None else self.tokens[start : start + count]
+            self.looked_up = (len(self.tokens), *follow_start(self.tokens))
+        _, start, matched = self.looked_up
+        return self.tokens[start : start + count] if matched >= max(shortest, 1) else []
 
 
-def follow_start(tokens: list[int]) -> int | None:
+def follow_start(tokens: list[int]) -> tuple[int, int]:
     """Where the tokens that followed the latest earlier occurrence of the longest suffix
-    of `tokens` (MAX_NGRAM down to MIN_NGRAM tokens long) start; None when none recurs."""
+    of `tokens` (MAX_NGRAM down to MIN_NGRAM tokens long) start, and that suffix's
+    length; (0, 0) when none recurs."""
     for n in range(min(MAX_NGRAM, len(tokens) - 1), MIN_NGRAM - 1, -1):
         suffix = tokens[-n:]
         for start in range(len(tokens) - n - 1, -1, -1):
             if tokens[start : start + n] == suffix:
-                return start + n  # before the last token: something follows
-    return None
+                return start + n, n  # before the last token: something follows
+    return 0, 0
 
 
 class NgramDrafter:
@@ -110,14 +118,16 @@ class NgramDrafter:
         for cache in caches:
             found = cache[0].follow(width - 1)
             rows.append(found + [cache[0].tokens[-1]] * (width - 1 - len(found)))
-        ids = mx.array(rows, dtype=mx.int32)  # (B, width - 1)
-        scores = mx.where(ids[..., None] == mx.arange(self.vocab_size), SURE, UNSURE)
-        return DraftScores(scores)
+        return copied_scores(mx.array(rows, dtype=mx.int32), self.vocab_size)
 
 
 def scores_of(drafts: list[int], vocab_size: int) -> DraftScores:
     """(len(drafts), V) scores whose argmax rows are `drafts`."""
     if not drafts:
         return DraftScores(mx.zeros((0, vocab_size)))
-    ids = mx.array(drafts, dtype=mx.int32)
-    return DraftScores(mx.where(ids[:, None] == mx.arange(vocab_size), SURE, UNSURE))
+    return copied_scores(mx.array(drafts, dtype=mx.int32), vocab_size)
+
+
+def copied_scores(ids: mx.array, vocab_size: int) -> DraftScores:
+    """Scores (..., V) whose argmax rows are the copied tokens `ids` (...)."""
+    return DraftScores(mx.where(ids[..., None] == mx.arange(vocab_size), SURE, UNSURE))

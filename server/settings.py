@@ -24,6 +24,8 @@ from server.blas import BLAS_ENV, REEXEC_MARKER
 ENV_PREFIX = "DRAFTWISE_"
 WORKER_OWNED_REASON = "owned by the model worker; restart required"
 STARTUP_ONLY_REASON = "fixed at startup; restart required"
+# The policy's kinds (each resolves its own width), and hybrid: DFlash with lookup beside it.
+DRAFT_KINDS = (*KNOWN_DRAFTER_KINDS, "hybrid")
 # Read by scripts/serve and scripts/test (which MLX backend extra to install), not at run time.
 INSTALL_EXTRA_ENV = "DRAFTWISE_EXTRA"
 
@@ -128,8 +130,9 @@ class ServeSettings(BaseSettings):
     draft_kind: str = setting(
         "dflash",
         scope="worker",
-        help="drafter kind: dflash (a trained drafter, --draft-model) or ngram (prompt "
-        "lookup: drafts copied from the request's own tokens, no weights)",
+        help="drafter kind: dflash (a trained drafter, --draft-model), ngram (prompt "
+        "lookup: drafts copied from the request's own tokens, no weights) or hybrid "
+        "(dflash, whose round a long lookup match replaces)",
     )
     policy_file: Path | None = setting(
         scope="startup",
@@ -220,8 +223,8 @@ class ServeSettings(BaseSettings):
     @field_validator("draft_kind")
     @classmethod
     def _known_kind(cls, value: str) -> str:
-        if value not in KNOWN_DRAFTER_KINDS:
-            raise ValueError(f"must be one of {', '.join(KNOWN_DRAFTER_KINDS)}")
+        if value not in DRAFT_KINDS:
+            raise ValueError(f"must be one of {', '.join(DRAFT_KINDS)}")
         return value
 
     @field_validator("draft_model")
