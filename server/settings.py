@@ -165,7 +165,7 @@ class ServeSettings(BaseSettings):
         64, scope="startup", help="requests allowed to wait; beyond it, 429", ge=1
     )
     max_batch_size: int = setting(
-        8,
+        32,
         scope="worker",
         help="sequences (choices) decoded together in one batch; 1: one at a time",
         ge=1,
