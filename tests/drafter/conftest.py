@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from mlx_lm import load
 
+from drafter.batch import BatchDecoder, run_together
 from drafter.checkpoints.tiny import write_tiny_model
+from drafter.decoding import GenerationStats
 from drafter.dflash import DFlashDrafter, load_drafter, write_random_drafter
 from drafter.engine import Engine
+from drafter.sampling import SamplingParams
 
 ARCHITECTURES = ["qwen3", "qwen3_5"]
 
@@ -47,6 +50,19 @@ def engine_on(pair: Pair, drafter: Any = None, width: int | None = None, **modes
         block_size=width,
         **modes,
     )
+
+
+def batched_and_solo(
+    engine: Engine, prompts: list[list[int]], tokens: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Each prompt's greedy token ids decoded together through the served decoder, and
+    each decoded alone."""
+    params = SamplingParams()
+    solo = [[t.id for s in engine.generate(p, tokens, params) for t in s] for p in prompts]
+    decoder = BatchDecoder(engine)
+    sequences = [decoder.start(p, tokens, params, GenerationStats()) for p in prompts]
+    together = [[t.id for t in out] for out in run_together(decoder, sequences)]
+    return together, solo
 
 
 @pytest.fixture(scope="module", params=ARCHITECTURES)

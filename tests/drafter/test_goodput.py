@@ -113,15 +113,22 @@ def test_re_measuring_backs_off_while_it_changes_nothing() -> None:
     assert max(gaps) == MAX_REPROBE
 
 
-def test_a_re_measurement_that_ran_classic_is_asked_for_again() -> None:
-    """A batch's classic step in flight is taken before any other width runs: the
-    re-measurement that step was chosen for comes again at the next step."""
-    control = WidthControl(4)
+def first_reprobe(control: WidthControl) -> Choice:
+    """Measure widths 1, 2, 4 at batch 2, then step (each width's own cost) until the
+    control re-measures one."""
     measured(control, batch(2), {1: 0.1, 2: 0.2, 4: 0.4})
     choice = control.choose(batch(2))
     while choice.reason != "reprobe":
         control.observe_step(choice.width, 2, 0.1 * choice.width, choice)
         choice = control.choose(batch(2))
+    return choice
+
+
+def test_a_re_measurement_that_ran_classic_is_asked_for_again() -> None:
+    """A batch's classic step in flight is taken before any other width runs: the
+    re-measurement that step was chosen for comes again at the next step."""
+    control = WidthControl(4)
+    choice = first_reprobe(control)
     assert choice.width != 1
     control.observe_step(1, 2, 0.1, choice)  # it ran classic
     again = control.choose(batch(2))
@@ -135,11 +142,7 @@ def test_a_re_measurement_that_ran_classic_is_asked_for_again() -> None:
 
 def test_a_re_measurement_that_never_runs_steady_counts_after_its_retries() -> None:
     control = WidthControl(4)
-    measured(control, batch(2), {1: 0.1, 2: 0.2, 4: 0.4})
-    choice = control.choose(batch(2))
-    while choice.reason != "reprobe":
-        control.observe_step(choice.width, 2, 0.1 * choice.width, choice)
-        choice = control.choose(batch(2))
+    choice = first_reprobe(control)
     asked = [choice.width]
     for _ in range(RETRIES + 1):  # every step a join
         control.observe_step(choice.width, 2, 0.3 * choice.width, choice, joined=True)

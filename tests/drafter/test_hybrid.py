@@ -9,7 +9,6 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from drafter.batch import BatchDecoder, run_together
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.decoding import GenerationStats
 from drafter.dflash import target_dims, write_random_drafter
@@ -17,7 +16,7 @@ from drafter.hybrid import LONG_MATCH, HybridDrafter
 from drafter.loading import LoadOptions, load_engine
 from drafter.probe import probe_exactness
 from drafter.sampling import SamplingParams
-from tests.drafter.conftest import Pair, engine_on
+from tests.drafter.conftest import Pair, batched_and_solo, engine_on
 
 WIDTH = 4
 COPYING = list(b"one two three four. one two three four. one two three four. one two")
@@ -70,12 +69,8 @@ def test_greedy_hybrid_speculation_equals_classic(pair: Pair, width: int) -> Non
 def test_hybrid_requests_batched_equal_their_solo_outputs(pair: Pair) -> None:
     engine = engine_on(pair, HybridDrafter(pair.drafter, engine_on(pair).vocab_size), WIDTH)
     prompts = [COPYING, COPYING[5:], list(b"no repeats here at all")]
-    solo = [
-        [t.id for s in engine.generate(p, TOKENS, SamplingParams()) for t in s] for p in prompts
-    ]
-    decoder = BatchDecoder(engine)
-    sequences = [decoder.start(p, TOKENS, SamplingParams(), GenerationStats()) for p in prompts]
-    assert [[t.id for t in out] for out in run_together(decoder, sequences)] == solo
+    together, solo = batched_and_solo(engine, prompts, TOKENS)
+    assert together == solo
 
 
 def test_the_probe_proves_a_hybrid_engine_exact(pair: Pair) -> None:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from drafter.batch import BatchDecoder, run_together
+from drafter.batch import BatchDecoder
 from drafter.checkpoints.tiny import write_tiny_model
 from drafter.decoding import GenerationStats
 from drafter.loading import LoadOptions, load_engine
 from drafter.ngram import History, NgramDrafter
 from drafter.probe import probe_exactness
 from drafter.sampling import SamplingParams
-from tests.drafter.conftest import Pair, engine_on
+from tests.drafter.conftest import Pair, batched_and_solo, engine_on
 
 # A prompt that repeats itself, so the lookup finds spans to copy.
 COPYING = list(b"one two three four. one two three four. one two three four. one two")
@@ -81,12 +81,8 @@ def test_a_lone_step_without_a_match_is_the_pipelined_classic_step(pair: Pair) -
 def test_lookup_requests_batched_equal_their_solo_outputs(pair: Pair) -> None:
     engine = engine_on(pair, NgramDrafter(engine_on(pair).vocab_size), 6)
     prompts = [COPYING, COPYING[5:], list(b"no repeats here at all")]
-    solo = [
-        [t.id for s in engine.generate(p, TOKENS, SamplingParams()) for t in s] for p in prompts
-    ]
-    decoder = BatchDecoder(engine)
-    sequences = [decoder.start(p, TOKENS, SamplingParams(), GenerationStats()) for p in prompts]
-    assert [[t.id for t in out] for out in run_together(decoder, sequences)] == solo
+    together, solo = batched_and_solo(engine, prompts, TOKENS)
+    assert together == solo
 
 
 def test_the_probe_proves_a_lookup_engine_exact(pair: Pair) -> None:

@@ -204,11 +204,13 @@ def test_every_response_carries_its_speculative_counts_and_they_sum_to_the_metri
 ) -> None:
     """Completions, chat (JSON and the stream's finishing chunk) and responses each say
     what speculation drafted and accepted for them; over the run that is what /metrics
-    counts. The request log line carries the same counts."""
+    counts. The request log line carries the same counts. Seeded sampled requests run
+    at the resolved width whatever the goodput control measured, so each one drafts."""
     server = override_servers["flag"]
     url = server.base_url
     before = spec_counters(url)
-    common = {"max_tokens": 10, "temperature": 0, "ignore_eos": True}
+    seeded = {"temperature": 0.7, "seed": 7}
+    common = {"max_tokens": 10, "ignore_eos": True, **seeded}
     messages = [{"role": "user", "content": "Count to five."}]
     counts = [
         httpx.post(f"{url}/v1/completions", json={"prompt": "def fib(n):", **common}).json()[
@@ -219,7 +221,7 @@ def test_every_response_carries_its_speculative_counts_and_they_sum_to_the_metri
         ]["draftwise"],
         httpx.post(
             f"{url}/v1/responses",
-            json={"input": "Count to five.", "max_output_tokens": 10, "ignore_eos": True},
+            json={"input": "Count to five.", "max_output_tokens": 10, "ignore_eos": True, **seeded},
         ).json()["usage"]["draftwise"],
     ]
     stream = {"messages": messages, "stream": True, **common}
