@@ -13,18 +13,17 @@ expected tokens per second:
                  and 1 unless that promises MARGIN more than a classic step (SWITCH
                  more while the size class decodes classically)
 
-Width 1 is a classic step, pipelined alone or batched as a classic server's is
+Width 1 is a classic step; a lone request's is pipelined as a classic server's is
 (drafter/batch.py), so its cost is the real classic cost. P_r is the request's own
 acceptance, decayed over its recent rounds and starting from the pooled estimate of
 every request: a request whose drafts do not pay is decoded classically, alone or in
 a batch of such requests, and comes back to speculation when a re-measurement finds
-its drafts accepted again. Costs are the median of the last `SAMPLES` steady steps per
-(width, size class), so one slow step (a page fault, a collection) cannot rule a width
-out, and a switch's or a join's one-off work is charged to none (`observe_step`). A
-width not yet measured at a size class is tried once, widest first (the
-startup-resolved width is the default, see DESIGN.md), and every REPROBE steps the
-least recently measured one is tried again; while re-measuring changes nothing, a
-size class waits twice as long each time, up to MAX_REPROBE steps.
+its drafts accepted again. Costs are the median of the last `SAMPLES` steps per
+(width, size class), so one slow step (a page fault, a collection) cannot rule a
+width out. A width not yet measured at a size class is tried once, widest first
+(the startup-resolved width is the default, see DESIGN.md), and every REPROBE steps
+the least recently measured one is tried again; while re-measuring changes
+nothing, a size class waits twice as long each time, up to MAX_REPROBE steps.
 No MLX here: the scheduler feeds it numbers.
 """
 
@@ -41,7 +40,6 @@ PRIOR = 4.0  # rounds of the pooled estimate a request's own counts start from
 SAMPLES = 5  # step times kept per (width, size class)
 REPROBE = 16  # steps between re-measurements of the stalest width, at first
 MAX_REPROBE = 256  # ... and at most, while re-measuring changes nothing
-RETRIES = 3  # steps a re-measurement is asked for again until one counts (observe_step)
 # What speculation must promise over a classic step to be chosen: the estimates are
 # medians of a few noisy steps, and a classic step is the cheaper one to get wrong.
 MARGIN = 1.05
@@ -106,7 +104,6 @@ class Reprobe:
     interval: int = REPROBE
     due: int = REPROBE
     best: int | None = None  # the goodput choice when it last re-measured
-    retries: int = 0  # steps of this re-measurement that did not count
 
 
 class WidthControl:
@@ -119,7 +116,6 @@ class WidthControl:
         self.measured_at: dict[tuple[int, int], int] = {}
         self.reprobes: dict[int, Reprobe] = {}
         self.speculating: dict[int, bool] = {}  # size class -> its last goodput choice was wide
-        self.last_width = 0  # the width the last observed step ran
         self.steps = 0
 
     def pooled_rates(self) -> list[float]:
@@ -169,11 +165,10 @@ class WidthControl:
             best = 1
         reprobe = self.reprobes.setdefault(size, Reprobe())
         if self.steps >= reprobe.due:
-            if not reprobe.retries:  # a new re-measurement, not one asked for again
-                same = best == reprobe.best
-                reprobe.interval = min(2 * reprobe.interval, MAX_REPROBE) if same else REPROBE
-                reprobe.best = best
-            reprobe.due = self.steps + reprobe.interval
+            reprobe.interval = (
+                min(2 * reprobe.interval, MAX_REPROBE) if best == reprobe.best else REPROBE
+            )
+            reprobe.due, reprobe.best = self.steps + reprobe.interval, best
             stalest = min(self.widths, key=lambda w: self.measured_at[(w, size)])
             return Choice(stalest, "reprobe", expected)
         self.speculating[size] = best > 1
@@ -184,37 +179,16 @@ class WidthControl:
         return statistics.median(self.times[(width, size)])
 
     def observe_step(
-        self,
-        width: int,
-        batch: int,
-        seconds: float,
-        asked: Choice | None = None,
-        joined: bool = False,
+        self, width: int, batch: int, seconds: float, asked: Choice | None = None
     ) -> None:
-        """A step of `batch` requests ran at `width` in `seconds`; asked: the choice it was
-        run for; joined: the batch's requests changed at this step.
-
-        Costs are steady ones: a step counts when it ran at the width, and over the
-        requests, of the step before, and (in a batch) at the width asked for. Other
-        steps carry one-off work that belongs to no width: a newcomer's drafter ingest,
-        the catch-up of a first wide step, the restart of the classic pipeline, or only
-        the tail of the classic step in flight (drafter/batch.py). They count only where
-        nothing is measured; a re-measurement that did not count is asked for again at
-        the next step, up to RETRIES times."""
+        """A step of `batch` requests ran at `width` in `seconds`. asked: the choice it
+        was run for; a re-measurement that ran another width (a batch's classic step in
+        flight is taken first, drafter/batch.py) is asked for again at the next step."""
         key = (width, size_class(batch))
-        samples = self.times.setdefault(key, deque(maxlen=SAMPLES))
-        as_asked = asked is None or asked.width == width or batch == 1
-        steady = not joined and width == self.last_width and as_asked
-        self.last_width = width
-        reprobe = self.reprobes.get(key[1]) if asked and asked.reason == "reprobe" else None
-        if reprobe is not None and not steady and samples and reprobe.retries < RETRIES:
-            reprobe.due, reprobe.retries = self.steps + 1, reprobe.retries + 1
-            return
-        if steady or not samples or reprobe is not None:
-            samples.append(seconds / batch)
-            self.measured_at[key] = self.steps
-        if reprobe is not None:
-            reprobe.retries = 0
+        self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
+        self.measured_at[key] = self.steps
+        if asked is not None and asked.reason == "reprobe" and asked.width != width:
+            self.reprobes[key[1]].due = self.steps + 1
 
     def observe_round(self, width: int, accepted: int, request: Hashable | None = None) -> None:
         """One request's round: `accepted` of its width - 1 drafts were kept."""

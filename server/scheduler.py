@@ -76,7 +76,6 @@ class Scheduler:
         self.states: list[JobState] = []
         self.stopping = False  # the sentinel arrived: finish what runs, admit nothing
         self.widths: dict[int, int] = {}  # size class -> its last goodput decision, for the log
-        self.last_step: list[int] = []  # ids of the sequences the last step ran
 
     def run(self) -> None:
         while not (self.stopping and not self.states):
@@ -177,9 +176,7 @@ class Scheduler:
                 self.end_failed(state, error)
             return
         seconds = time.perf_counter() - began
-        ids = [id(sequence) for sequence in sequences]
-        joined, self.last_step = ids != self.last_step, ids
-        self.control.observe_step(ran, len(sequences), seconds, choice, joined)
+        self.control.observe_step(ran, len(sequences), seconds, choice)
         for _, running in members:
             running.run.stats.decode_s += seconds
         emitted = 0
