@@ -289,7 +289,10 @@ class DFlashDraftModel(nn.Module):
 
     def ingest(self, features: mx.array, caches: list[KVCache]) -> None:
         """Take `features` into the per-layer context caches now (lazy), as a round
-        would before drafting: each layer's keys and values of the context rows."""
+        would before drafting: each layer's keys and values of the context rows (none
+        for no rows: a round drafted by lookup right after the prompt's ingest)."""
+        if features.shape[1] == 0:
+            return
         context = self.context(features)
         for layer, cache in zip(self.layers, caches, strict=True):
             layer.self_attn.write(context, self.rope, cache)

@@ -84,7 +84,7 @@ class HybridDrafter:
         copies = [cache[-1].follow(width - 1, LONG_MATCH) for cache in caches]
         if all(len(copy) == width - 1 for copy in copies):
             for context, cache in zip(features, caches, strict=True):
-                self.dflash.ingest(context, cache[:-1])
+                self.ingest(context, cache)
             return copied_scores(mx.array(copies, dtype=mx.int32), self.vocab_size)
         own = [cache[:-1] for cache in caches]
         return self.dflash.draft_scores_batch(anchors, features, own, width)

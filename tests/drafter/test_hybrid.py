@@ -38,6 +38,18 @@ def test_a_copy_filling_the_block_replaces_dflash_and_its_context_keeps_up(pair:
     assert all(layer.offset == 3 for layer in cache[:-1])  # the context rows went in
 
 
+def test_a_copy_right_after_the_prompt_takes_in_no_context_rows(pair: Pair) -> None:
+    """The first round after a prefill has no new context rows (the prompt's went in
+    with it): a copy then drafts, and DFlash's context stays as the prefill left it."""
+    hybrid = HybridDrafter(pair.drafter, engine_on(pair).vocab_size)
+    cache = hybrid.make_cache()
+    hybrid.ingest(features(pair, 3), cache)  # the prompt's rows
+    hybrid.observe([5, 6, 7, 8, 1, 2, 3, 4, 9, 5, 6, 7, 8], cache)
+    drafted = hybrid.draft_scores(8, features(pair, 3)[:, :0], cache, WIDTH)
+    assert drafted.tokens().tolist() == [1, 2, 3]
+    assert all(layer.offset == 3 for layer in cache[:-1])
+
+
 def test_a_short_or_missing_copy_leaves_the_block_to_dflash(pair: Pair) -> None:
     hybrid = HybridDrafter(pair.drafter, engine_on(pair).vocab_size)
     short = [6, 7, 8, 1, 2, 9, 7, 8]  # a 2-gram recurs: below LONG_MATCH
