@@ -18,12 +18,15 @@ Width 1 is a classic step; a lone request's is pipelined as a classic server's i
 acceptance, decayed over its recent rounds and starting from the pooled estimate of
 every request: a request whose drafts do not pay is decoded classically, alone or in
 a batch of such requests, and comes back to speculation when a re-measurement finds
-its drafts accepted again. Costs are the median of the last `SAMPLES` steps per
-(width, size class), so one slow step (a page fault, a collection) cannot rule a
-width out. A width not yet measured at a size class is tried once, widest first
-(the startup-resolved width is the default, see DESIGN.md), and every REPROBE steps
-the least recently measured one is tried again; while re-measuring changes
-nothing, a size class waits twice as long each time, up to MAX_REPROBE steps.
+its drafts accepted again. Costs are the mean of the last `SAMPLES` steps per
+(width, size class) less the slowest one: one slow step (a page fault, a collection)
+cannot rule a width out, and pipelined classic steps, whose time falls unevenly
+between them (a prefill between two steps waits for the queued forward, the step
+after a change of members runs two forwards), are read at what they cost together.
+A width not yet measured at a size class is tried once, widest first (the
+startup-resolved width is the default, see DESIGN.md), and every REPROBE steps the
+least recently measured one is tried again; while re-measuring changes nothing, a
+size class waits twice as long each time, up to MAX_REPROBE steps.
 No MLX here: the scheduler feeds it numbers.
 """
 
@@ -37,7 +40,7 @@ from dataclasses import dataclass, field
 DECAY = 0.995  # per observed round: the pooled counts' memory is ~200 rounds
 REQUEST_DECAY = 0.9  # per round of that request: its own counts' memory is ~10 rounds
 PRIOR = 4.0  # rounds of the pooled estimate a request's own counts start from
-SAMPLES = 5  # step times kept per (width, size class)
+SAMPLES = 8  # step times kept per (width, size class)
 REPROBE = 16  # steps between re-measurements of the stalest width, at first
 MAX_REPROBE = 256  # ... and at most, while re-measuring changes nothing
 # What speculation must promise over a classic step to be chosen: the estimates are
@@ -175,8 +178,11 @@ class WidthControl:
         return Choice(best, "goodput", expected)
 
     def cost(self, width: int, size: int) -> float:
-        """Seconds per request of a step at `width`, at batch sizes of class `size`."""
-        return statistics.median(self.times[(width, size)])
+        """Seconds per request of a step at `width`, at batch sizes of class `size`: the
+        mean of its recent steps but the slowest (a median would read pipelined classic
+        steps, alternately near zero and double, as either)."""
+        times = sorted(self.times[(width, size)])
+        return statistics.fmean(times[:-1] if len(times) > 2 else times)
 
     def observe_step(
         self, width: int, batch: int, seconds: float, asked: Choice | None = None

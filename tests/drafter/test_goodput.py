@@ -4,6 +4,8 @@ be ruled out."""
 
 from __future__ import annotations
 
+import statistics
+
 from drafter.goodput import (
     MARGIN,
     MAX_REPROBE,
@@ -148,6 +150,21 @@ def test_one_slow_step_does_not_rule_a_width_out() -> None:
     assert control.choose(batch(8)).width == 1
 
 
+def test_pipelined_classic_steps_are_costed_together() -> None:
+    """Under churn a pipelined classic step's time falls unevenly: near zero when a
+    prefill before it already waited for its forward, double after a change of members.
+    Their cost is what they take together, not whichever half a median lands on."""
+    control = WidthControl(2)
+    measured(control, batch(8), {1: 0.08, 2: 0.184})
+    for _ in range(300):
+        control.observe_round(2, 1 if _ % 3 else 0)  # 2/3 of the drafts kept
+    for step in range(7):  # slow, fast, ...: the last five hold three slow ones
+        control.observe_step(1, 8, 0.16 if step % 2 == 0 else 0.016)
+    assert statistics.median(list(control.times[(1, 8)])[-5:]) == 0.02  # per request
+    choice = control.choose(batch(8))
+    assert choice.width == 1  # 1.67 tokens for 2.1x the cost of a classic step
+
+
 def test_a_seeded_step_runs_at_the_ceiling_whatever_was_measured() -> None:
     control = WidthControl(8)
     for _ in range(20):
@@ -183,7 +200,7 @@ def test_a_classic_size_class_resumes_speculation_only_for_a_larger_promise() ->
     for _ in range(3):
         control.observe_step(2, 8, 0.150)  # cheaper wide steps now: 2 tokens for 1.5x
     assert control.choose(batch(8)).width == 2  # a promise above SWITCH
-    for _ in range(5):
+    for _ in range(8):
         control.observe_step(2, 8, 0.175)  # back to 1.75x the cost
     choice = control.choose(batch(8))
     assert MARGIN < choice.expected[2] / choice.expected[1] < SWITCH
