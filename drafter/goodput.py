@@ -120,6 +120,7 @@ class WidthControl:
         self.reprobes: dict[int, Reprobe] = {}
         self.speculating: dict[int, bool] = {}  # size class -> its last goodput choice was wide
         self.steps = 0
+        self.last_width = 1  # the width the last step ran
 
     def pooled_rates(self) -> list[float]:
         """P(the first k drafts are accepted) over every request, k = 1 .. ceiling - 1
@@ -191,8 +192,13 @@ class WidthControl:
         was run for; a re-measurement that ran another width (a batch's classic step in
         flight is taken first, drafter/batch.py) is asked for again at the next step."""
         key = (width, size_class(batch))
-        self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
+        times = self.times.setdefault(key, deque(maxlen=SAMPLES))
+        # The classic step after a wide one restarts the pipeline (two forwards in one
+        # step): that is the switch's cost, which SWITCH covers, not a classic step's.
+        if not (width == 1 and self.last_width > 1 and times):
+            times.append(seconds / batch)
         self.measured_at[key] = self.steps
+        self.last_width = width
         if asked is not None and asked.reason == "reprobe" and asked.width != width:
             self.reprobes[key[1]].due = self.steps + 1
 

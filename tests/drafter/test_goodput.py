@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+
 from drafter.goodput import (
     MARGIN,
     MAX_REPROBE,
@@ -163,6 +165,19 @@ def test_pipelined_classic_steps_are_costed_together() -> None:
     assert statistics.median(list(control.times[(1, 8)])[-5:]) == 0.02  # per request
     choice = control.choose(batch(8))
     assert choice.width == 1  # 1.67 tokens for 2.1x the cost of a classic step
+
+
+def test_the_classic_step_after_a_wide_one_is_not_a_classic_cost() -> None:
+    """It restarts the pipeline (two forwards in one step): counting it as a classic
+    step would make every wide step dearer classic decode look, and so call more."""
+    control = WidthControl(2)
+    measured(control, batch(8), {1: 0.08, 2: 0.2})
+    for _ in range(6):
+        control.observe_step(2, 8, 0.2)
+        control.observe_step(1, 8, 0.16)  # the restart after it
+    assert control.cost(1, 8) == pytest.approx(0.01)
+    control.observe_step(1, 8, 0.096)  # classic after classic counts
+    assert control.cost(1, 8) == pytest.approx(0.011)
 
 
 def test_a_seeded_step_runs_at_the_ceiling_whatever_was_measured() -> None:
