@@ -22,7 +22,9 @@ its drafts accepted again. Costs are the mean of the last `SAMPLES` steps per
 (width, size class) less the slowest one: one slow step (a page fault, a collection)
 cannot rule a width out, and pipelined classic steps, whose time falls unevenly
 between them (a prefill between two steps waits for the queued forward, the step
-after a change of members runs two forwards), are read at what they cost together.
+after a change of members runs two forwards), are read at what they cost together;
+the classic step right after a wide one restarts the pipeline, a switch's cost (SWITCH
+covers it), and is left out of classic decode's.
 A width not yet measured at a size class is tried once, widest first (the
 startup-resolved width is the default, see DESIGN.md), and every REPROBE steps the
 least recently measured one is tried again; while re-measuring changes nothing, a

@@ -158,8 +158,8 @@ def test_pipelined_classic_steps_are_costed_together() -> None:
     Their cost is what they take together, not whichever half a median lands on."""
     control = WidthControl(2)
     measured(control, batch(8), {1: 0.08, 2: 0.184})
-    for _ in range(300):
-        control.observe_round(2, 1 if _ % 3 else 0)  # 2/3 of the drafts kept
+    for i in range(300):
+        control.observe_round(2, 1 if i % 3 else 0)  # 2/3 of the drafts kept
     for step in range(7):  # slow, fast, ...: the last five hold three slow ones
         control.observe_step(1, 8, 0.16 if step % 2 == 0 else 0.016)
     assert statistics.median(list(control.times[(1, 8)])[-5:]) == 0.02  # per request
@@ -168,8 +168,8 @@ def test_pipelined_classic_steps_are_costed_together() -> None:
 
 
 def test_the_classic_step_after_a_wide_one_is_not_a_classic_cost() -> None:
-    """It restarts the pipeline (two forwards in one step): counting it as a classic
-    step would make every wide step dearer classic decode look, and so call more."""
+    """It restarts the pipeline (two forwards in one step): counted as a classic step,
+    each wide step would raise classic decode's cost and so call for more wide steps."""
     control = WidthControl(2)
     measured(control, batch(8), {1: 0.08, 2: 0.2})
     for _ in range(6):
