@@ -28,12 +28,17 @@ covers it), and is left out of classic decode's.
 A width not yet measured at a size class is tried once, widest first (the
 startup-resolved width is the default, see DESIGN.md), and every REPROBE steps the
 least recently measured one is tried again; while re-measuring changes nothing, a
-size class waits twice as long each time, up to MAX_REPROBE steps.
+size class waits twice as long each time, up to MAX_REPROBE steps. A re-measurement
+that cost more than a classic step (a wide step takes in every context row kept since
+its requests last drafted, which at a large batch can cost many classic steps) also
+pushes the next one out until re-measuring has spent at most REPROBE_SHARE of the
+size class's classic decode time, up to MAX_PACED steps.
 No MLX here: the scheduler feeds it numbers.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Hashable, Sequence
@@ -45,6 +50,8 @@ PRIOR = 4.0  # rounds of the pooled estimate a request's own counts start from
 SAMPLES = 8  # step times kept per (width, size class)
 REPROBE = 16  # steps between re-measurements of the stalest width, at first
 MAX_REPROBE = 256  # ... and at most, while re-measuring changes nothing
+REPROBE_SHARE = 0.02  # what re-measuring may cost beyond classic steps, of decode time
+MAX_PACED = 2048  # the longest wait that a costly re-measurement sets
 # What speculation must promise over a classic step to be chosen: the estimates are
 # medians of a few noisy steps, and a classic step is the cheaper one to get wrong.
 MARGIN = 1.05
@@ -180,6 +187,10 @@ class WidthControl:
         self.speculating[size] = best > 1
         return Choice(best, "goodput", expected)
 
+    def costs(self, size: int) -> dict[int, float]:
+        """Seconds per request of a step at each width measured at size class `size`."""
+        return {w: self.cost(w, size) for w in self.widths if (w, size) in self.times}
+
     def cost(self, width: int, size: int) -> float:
         """Seconds per request of a step at `width`, at batch sizes of class `size`: the
         mean of its recent steps but the slowest (a median would read pipelined classic
@@ -203,6 +214,19 @@ class WidthControl:
         self.last_width = width
         if asked is not None and asked.reason == "reprobe" and asked.width != width:
             self.reprobes[key[1]].due = self.steps + 1
+        elif asked is not None and asked.reason == "reprobe" and width > 1:
+            self.pace(key[1], batch, seconds)
+
+    def pace(self, size: int, batch: int, seconds: float) -> None:
+        """After a wide re-measurement that took `seconds`: the next one waits until
+        classic steps at this size class have run REPROBE_SHARE of its cost beyond one."""
+        classic = batch * self.cost(1, size)  # seconds of a classic step at this batch
+        extra = seconds - classic
+        if extra <= 0 or classic <= 0:
+            return
+        wait = min(math.ceil(extra / (REPROBE_SHARE * classic)), MAX_PACED)
+        reprobe = self.reprobes[size]
+        reprobe.due = max(reprobe.due, self.steps + wait)
 
     def observe_round(self, width: int, accepted: int, request: Hashable | None = None) -> None:
         """One request's round: `accepted` of its width - 1 drafts were kept."""

@@ -196,7 +196,14 @@ class Scheduler:
         self.metrics.batch_width.labels(batch=str(size), width=str(width), reason=reason).inc()
         if reason == "goodput" and width != self.widths.get(size):
             estimates = {str(w): round(v, 1) for w, v in expected.items()}
-            log.debug("batch.width", width=width, batch=batch, tokens_per_s=estimates)
+            costs = {str(w): round(c * 1e3, 3) for w, c in self.control.costs(size).items()}
+            log.debug(
+                "batch.width",
+                width=width,
+                batch=batch,
+                tokens_per_s=estimates,
+                ms_per_request=costs,
+            )
             self.widths[size] = width
 
     def deliver(self, state: JobState, running: Running) -> None:

@@ -10,8 +10,10 @@ import pytest
 
 from drafter.goodput import (
     MARGIN,
+    MAX_PACED,
     MAX_REPROBE,
     REPROBE,
+    REPROBE_SHARE,
     SWITCH,
     Choice,
     WidthControl,
@@ -114,6 +116,41 @@ def test_re_measuring_backs_off_while_it_changes_nothing() -> None:
     assert at[0] < REPROBE
     assert gaps[:3] == [REPROBE, 2 * REPROBE, 4 * REPROBE]
     assert max(gaps) == MAX_REPROBE
+
+
+def reprobe_gaps(
+    control: WidthControl, requests: list[str], steps: int, wide_s: float
+) -> list[int]:
+    """Run `steps` steps at 0.1 s a classic step; each wide re-measurement takes
+    `wide_s`. The gaps between re-measurements."""
+    at = []
+    for step in range(steps):
+        choice = control.choose(requests)
+        seconds = wide_s if choice.width > 1 else 0.1
+        if choice.reason == "reprobe":
+            at.append((step, choice.width))
+        control.observe_step(choice.width, len(requests), seconds, choice)
+    wide = [step for step, width in at if width > 1]
+    return [b - a for a, b in zip(wide, wide[1:], strict=False)]
+
+
+def test_a_costly_re_measurement_waits_until_classic_steps_cover_it() -> None:
+    """A wide re-measurement that costs 20 classic steps: the next wide one comes only
+    after enough classic steps that it was REPROBE_SHARE of their time."""
+    control = WidthControl(4)
+    measured(control, batch(8), {1: 0.1, 2: 2.0, 4: 2.0})
+    gaps = reprobe_gaps(control, batch(8), 4000, wide_s=2.0)
+    wait = (2.0 - 0.1) / (REPROBE_SHARE * 0.1)
+    assert gaps and min(gaps) >= wait and max(gaps) <= MAX_PACED + REPROBE
+
+
+def test_a_re_measurement_at_a_classic_steps_cost_keeps_its_cadence() -> None:
+    control = WidthControl(4)
+    measured(control, batch(8), {1: 0.1, 2: 0.1, 4: 0.1})
+    for _ in range(50):  # drafts refused: classic stays the choice
+        control.observe_round(4, 0)
+    gaps = reprobe_gaps(control, batch(8), 600, wide_s=0.1)
+    assert min(gaps) <= 2 * REPROBE
 
 
 def test_a_re_measurement_that_ran_classic_is_asked_for_again() -> None:
