@@ -53,12 +53,12 @@ MAX_REPROBE = 256  # ... and at most, while re-measuring changes nothing
 REPROBE_SHARE = 0.02  # what re-measuring may cost beyond classic steps, of decode time
 MAX_PACED = 2048  # the longest wait that a costly re-measurement sets
 # What speculation must promise over a classic step to be chosen: the estimates are
-# medians of a few noisy steps, and a classic step is the cheaper one to get wrong.
+# means of a few noisy steps, and a classic step is the cheaper one to get wrong.
 MARGIN = 1.05
-# ... to be resumed while a size class decodes classically: a switch costs what no
-# step's median shows (the first wide step takes in every context row kept since the
-# requests last drafted, and the classic pipeline restarts after it), so estimates that
-# sit near a classic step's must not flip the class back and forth.
+# ... to be resumed while a size class decodes classically: a switch costs what the
+# steady steps' costs do not show (the first wide step takes in every context row kept
+# since the requests last drafted, and the classic pipeline restarts after it), so
+# estimates that sit near a classic step's must not flip the class back and forth.
 SWITCH = 1.2
 
 
