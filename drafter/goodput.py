@@ -218,8 +218,8 @@ class WidthControl:
             self.pace(key[1], batch, seconds)
 
     def pace(self, size: int, batch: int, seconds: float) -> None:
-        """After a wide re-measurement that took `seconds`: the next one waits until
-        classic steps at this size class have run REPROBE_SHARE of its cost beyond one."""
+        """After a wide re-measurement that took `seconds`: the next one waits until its
+        cost beyond a classic step is REPROBE_SHARE of the classic steps run since."""
         classic = batch * self.cost(1, size)  # seconds of a classic step at this batch
         extra = seconds - classic
         if extra <= 0 or classic <= 0:
