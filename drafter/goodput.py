@@ -24,7 +24,8 @@ cannot rule a width out, and pipelined classic steps, whose time falls unevenly
 between them (a prefill between two steps waits for the queued forward, the step
 after a change of members runs two forwards), are read at what they cost together;
 the classic step right after a wide one restarts the pipeline, a switch's cost (SWITCH
-covers it), and is left out of classic decode's.
+covers it), and is never a classic cost: classic decode is measured by the pipelined
+step after it, so measuring it after wide steps takes two classic steps.
 A width not yet measured at a size class is tried once, widest first (the
 startup-resolved width is the default, see DESIGN.md), and every REPROBE steps the
 least recently measured one is tried again; while re-measuring changes nothing, a
@@ -163,7 +164,7 @@ class WidthControl:
         if self.ceiling <= 1:
             return Choice(1, "classic")
         size = size_class(len(requests))
-        unmeasured = [w for w in reversed(self.widths) if (w, size) not in self.times]
+        unmeasured = [w for w in reversed(self.widths) if not self.times.get((w, size))]
         if unmeasured:
             return Choice(unmeasured[0], "explore")
         pooled = self.pooled_rates()  # once a step, each request's sums once
@@ -203,15 +204,19 @@ class WidthControl:
     ) -> None:
         """A step of `batch` requests ran at `width` in `seconds`. asked: the choice it
         was run for; a re-measurement that ran another width (a batch's classic step in
-        flight is taken first, drafter/batch.py) is asked for again at the next step."""
+        flight is taken first, drafter/batch.py), or a classic one that only restarted
+        the pipeline, is asked for again at the next step."""
         key = (width, size_class(batch))
-        times = self.times.setdefault(key, deque(maxlen=SAMPLES))
-        # The classic step after a wide one restarts the pipeline (two forwards in one
-        # step): that is the switch's cost, which SWITCH covers, not a classic step's.
-        if not (width == 1 and self.last_width > 1 and times):
-            times.append(seconds / batch)
+        restart, self.last_width = width == 1 and self.last_width > 1, width
+        if restart:
+            # The classic step after a wide one restarts the pipeline (it queues two
+            # forwards): the switch's cost, which SWITCH covers, not classic decode's.
+            # Classic is measured by the pipelined step after it.
+            if asked is not None and asked.reason == "reprobe" and asked.width == 1:
+                self.reprobes[key[1]].due = self.steps + 1
+            return
+        self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
         self.measured_at[key] = self.steps
-        self.last_width = width
         if asked is not None and asked.reason == "reprobe" and asked.width != width:
             self.reprobes[key[1]].due = self.steps + 1
         elif asked is not None and asked.reason == "reprobe" and width > 1:

@@ -23,8 +23,9 @@ from drafter.goodput import (
 
 
 def measured(control: WidthControl, requests: list[str], cost: dict[int, float]) -> None:
-    """Explore every width once; cost: a step's seconds at each width."""
-    for _ in control.widths:
+    """Explore every width, widest first, classic twice: its first step after the wide
+    ones only restarts the pipeline. cost: a step's seconds at each width."""
+    for _ in range(len(control.widths) + 1):
         choice = control.choose(requests)
         assert choice.reason == "explore"
         control.observe_step(choice.width, len(requests), cost[choice.width])
@@ -53,11 +54,11 @@ def test_a_lone_request_starts_at_the_resolved_width() -> None:
 def test_every_width_is_measured_at_a_size_class_before_goodput_decides() -> None:
     control = WidthControl(4)
     seen = []
-    for _ in control.widths:
+    for _ in range(len(control.widths) + 1):
         choice = control.choose(batch(3))
         seen.append(choice.width)
         control.observe_step(choice.width, 3, 0.1)
-    assert seen == [4, 2, 1]  # widest first
+    assert seen == [4, 2, 1, 1]  # widest first; classic's first step restarts the pipeline
     assert control.choose(batch(4)).reason == "goodput"  # 3 and 4 share a class
     assert control.choose(batch(5)).reason == "explore"  # another class: measured afresh
 
@@ -215,6 +216,40 @@ def test_the_classic_step_after_a_wide_one_is_not_a_classic_cost() -> None:
     assert control.cost(1, 8) == pytest.approx(0.01)
     control.observe_step(1, 8, 0.096)  # classic after classic counts
     assert control.cost(1, 8) == pytest.approx(0.011)
+
+
+def test_classic_is_measured_by_the_step_after_the_restart() -> None:
+    """Explored after the wide widths, classic's first step queues two forwards; what
+    the control keeps is the pipelined step after it, not double that."""
+    control = WidthControl(2)
+    assert control.choose(["a"]) == Choice(2, "explore")
+    control.observe_step(2, 1, 0.06)
+    assert control.choose(["a"]) == Choice(1, "explore")
+    control.observe_step(1, 1, 0.08)  # the restart
+    assert control.choose(["a"]) == Choice(1, "explore")  # classic is not measured yet
+    control.observe_step(1, 1, 0.04)
+    assert control.cost(1, 1) == pytest.approx(0.04)
+
+
+def test_re_measuring_classic_at_a_speculating_class_takes_two_steps() -> None:
+    """A class that speculates re-measures classic with a restart and then a pipelined
+    step; only the second is its cost, so classic decode's cost does not stay at a
+    restart's and speculation is compared with what classic decode really costs."""
+    control = WidthControl(2)
+    measured(control, ["a"], {1: 0.04, 2: 0.05})
+    for _ in range(50):
+        control.observe_round(2, 1, "a")  # drafts pay: the class speculates
+    classic = []
+    for _ in range(400):
+        choice = control.choose(["a"])
+        if choice.width == 1:
+            classic.append(choice.reason)
+        restart = choice.width == 1 and control.last_width > 1
+        seconds = 0.08 if restart else {1: 0.04, 2: 0.05}[choice.width]
+        control.observe_step(choice.width, 1, seconds, choice)
+    assert classic.count("goodput") == 0  # 2 tokens for 1.25x: the class speculates
+    assert classic and classic.count("reprobe") % 2 == 0  # each re-measurement twice
+    assert control.cost(1, 1) == pytest.approx(0.04)
 
 
 def test_a_seeded_step_runs_at_the_ceiling_whatever_was_measured() -> None:
