@@ -204,22 +204,21 @@ class WidthControl:
     ) -> None:
         """A step of `batch` requests ran at `width` in `seconds`. asked: the choice it
         was run for; a re-measurement that ran another width (a batch's classic step in
-        flight is taken first, drafter/batch.py), or a classic one that only restarted
+        flight is taken first, drafter/batch.py), or one that only restarted
         the pipeline, is asked for again at the next step."""
         key = (width, size_class(batch))
+        # The classic step after a wide one restarts the pipeline (it queues two
+        # forwards): the switch's cost, which SWITCH covers, not classic decode's.
+        # Classic is measured by the pipelined step after it.
         restart, self.last_width = width == 1 and self.last_width > 1, width
-        if restart:
-            # The classic step after a wide one restarts the pipeline (it queues two
-            # forwards): the switch's cost, which SWITCH covers, not classic decode's.
-            # Classic is measured by the pipelined step after it.
-            if asked is not None and asked.reason == "reprobe" and asked.width == 1:
-                self.reprobes[key[1]].due = self.steps + 1
+        if not restart:
+            self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
+            self.measured_at[key] = self.steps
+        if asked is None or asked.reason != "reprobe":
             return
-        self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
-        self.measured_at[key] = self.steps
-        if asked is not None and asked.reason == "reprobe" and asked.width != width:
+        if restart or asked.width != width:  # it measured nothing it asked for
             self.reprobes[key[1]].due = self.steps + 1
-        elif asked is not None and asked.reason == "reprobe" and width > 1:
+        elif width > 1:
             self.pace(key[1], batch, seconds)
 
     def pace(self, size: int, batch: int, seconds: float) -> None:
