@@ -62,7 +62,7 @@ class HybridDrafter:
 
     def observe(self, tokens: list[int], cache: list[Any]) -> None:
         """The request's prompt, then each step's emitted tokens, in order."""
-        cache[-1].tokens.extend(tokens)
+        cache[-1].extend(tokens)
 
     def proposes(self, cache: list[Any]) -> bool:
         """It always drafts a block."""

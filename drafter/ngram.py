@@ -30,38 +30,41 @@ SURE, UNSURE = 0.0, -1e4  # a draft's scores: its own token, and every other row
 
 @dataclass
 class History:
-    """One request's tokens so far: its draft "cache". The lookup runs once per length
-    of it: a lone step asks whether it drafts (`proposes`), then for the drafts."""
+    """One request's tokens so far, its draft "cache", with an index of their n-grams
+    (as llama.cpp's n-gram cache keeps one): a lookup costs a few dictionary reads
+    whatever the context's length, where a scan of the tokens would cost a step's
+    share of a small model's decode on a long prompt."""
 
     tokens: list[int] = field(default_factory=list)
-    # At this length of the tokens: where the drafts start and how long a suffix matched.
-    looked_up: tuple[int, int, int] = (-1, 0, 0)
+    # n-gram (MIN_NGRAM to MAX_NGRAM tokens) -> where the tokens after its latest
+    # occurrence start, over the occurrences that something follows.
+    after: dict[tuple[int, ...], int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        tokens, self.tokens = self.tokens, []
+        self.extend(tokens)
 
     @property
     def state(self) -> list[mx.array]:
         """Nothing on the device (mlx-lm's caches' `state`, which a prefill evaluates)."""
         return []
 
+    def extend(self, tokens: list[int]) -> None:
+        for token in tokens:
+            end = len(self.tokens)  # the n-grams ending here are followed by `token`
+            self.tokens.append(token)
+            for n in range(MIN_NGRAM, min(MAX_NGRAM, end) + 1):
+                self.after[tuple(self.tokens[end - n : end])] = end
+
     def follow(self, count: int, shortest: int = MIN_NGRAM) -> list[int]:
         """Up to `count` tokens that followed the latest earlier occurrence of the longest
-        suffix of the tokens (`follow_start`), a suffix of at least `shortest` tokens;
-        [] when none recurs."""
-        if self.looked_up[0] != len(self.tokens):
-            self.looked_up = (len(self.tokens), *follow_start(self.tokens))
-        _, start, matched = self.looked_up
-        return self.tokens[start : start + count] if matched >= max(shortest, 1) else []
-
-
-def follow_start(tokens: list[int]) -> tuple[int, int]:
-    """Where the tokens that followed the latest earlier occurrence of the longest suffix
-    of `tokens` (MAX_NGRAM down to MIN_NGRAM tokens long) start, and that suffix's
-    length; (0, 0) when none recurs."""
-    for n in range(min(MAX_NGRAM, len(tokens) - 1), MIN_NGRAM - 1, -1):
-        suffix = tokens[-n:]
-        for start in range(len(tokens) - n - 1, -1, -1):
-            if tokens[start : start + n] == suffix:
-                return start + n, n  # before the last token: something follows
-    return 0, 0
+        suffix of the tokens (MAX_NGRAM down to `shortest` tokens long, at least
+        MIN_NGRAM); [] when none recurs."""
+        for n in range(min(MAX_NGRAM, len(self.tokens) - 1), max(shortest, MIN_NGRAM) - 1, -1):
+            start = self.after.get(tuple(self.tokens[-n:]))
+            if start is not None:
+                return self.tokens[start : start + count]
+        return []
 
 
 class NgramDrafter:
@@ -92,7 +95,7 @@ class NgramDrafter:
 
     def observe(self, tokens: list[int], cache: list[Any]) -> None:
         """The request's prompt, then each step's emitted tokens, in order."""
-        cache[0].tokens.extend(tokens)
+        cache[0].extend(tokens)
 
     def proposes(self, cache: list[Any]) -> bool:
         """Whether the lookup finds a draft now: when not, a lone request's step is

@@ -3,6 +3,7 @@ speculation equal to classic decode, alone and batched, through the served decod
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,28 @@ def test_the_longest_recent_suffix_proposes_what_followed_its_latest_occurrence(
     assert lookup([1, 2, 3, 4, 5], 3) == []  # nothing recurs
     assert lookup([1, 7, 2, 7], 3) == []  # one repeated token is no match
     assert lookup([], 3) == []
+
+
+def scanned(tokens: list[int], count: int, shortest: int) -> list[int]:
+    """The lookup by a scan of every earlier position: what the index must give."""
+    for n in range(min(4, len(tokens) - 1), max(shortest, 2) - 1, -1):
+        for start in range(len(tokens) - n - 1, -1, -1):
+            if tokens[start : start + n] == tokens[-n:]:
+                return tokens[start + n : start + n + count]
+    return []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_index_finds_what_a_scan_of_the_tokens_finds(seed: int) -> None:
+    rng = random.Random(seed)
+    history = History()
+    tokens: list[int] = []
+    for _ in range(300):
+        step = [rng.randrange(5) for _ in range(rng.randrange(1, 4))]  # few ids: many repeats
+        history.extend(step)
+        tokens += step
+        for count, shortest in ((1, 2), (7, 2), (7, 4)):
+            assert history.follow(count, shortest) == scanned(tokens, count, shortest)
 
 
 def ids(engine_tokens: list[list[int]]) -> list[int]:
