@@ -27,9 +27,10 @@ the classic step right after a wide one restarts the pipeline, a switch's cost (
 covers it), and is never a classic cost: classic decode is measured by the pipelined
 step after it, so measuring it after wide steps takes two classic steps.
 A width not yet measured at a size class is tried once, widest first (the
-startup-resolved width is the default, see DESIGN.md), and every REPROBE steps the
-least recently measured one is tried again; while re-measuring changes nothing, a
-size class waits twice as long each time, up to MAX_REPROBE steps. A re-measurement
+startup-resolved width is the default, see DESIGN.md), and every REPROBE steps at
+that size class the least recently measured one is tried again; while re-measuring
+changes nothing, a size class waits twice as long each time, up to MAX_REPROBE of its
+steps. A re-measurement
 that cost more than a classic step (a wide step takes in every context row kept since
 its requests last drafted, which at a large batch can cost many classic steps) also
 pushes the next one out until re-measuring has spent at most REPROBE_SHARE of the
@@ -112,11 +113,14 @@ class Acceptance:
 
 @dataclass
 class Reprobe:
-    """When a size class next re-measures its stalest width, and how long it waits."""
+    """When a size class next re-measures its stalest width, and how long it waits,
+    counted in the class's own steps: a batch that passes through a class now and then
+    (filling up, draining) does not re-measure at every visit."""
 
     interval: int = REPROBE
     due: int = REPROBE
     best: int | None = None  # the goodput choice when it last re-measured
+    steps: int = 0  # steps run at this size class
 
 
 class WidthControl:
@@ -164,6 +168,8 @@ class WidthControl:
         if self.ceiling <= 1:
             return Choice(1, "classic")
         size = size_class(len(requests))
+        reprobe = self.reprobes.setdefault(size, Reprobe())
+        reprobe.steps += 1
         unmeasured = [w for w in reversed(self.widths) if not self.times.get((w, size))]
         if unmeasured:
             return Choice(unmeasured[0], "explore")
@@ -177,12 +183,11 @@ class WidthControl:
         best = max(expected, key=expected.__getitem__)
         if expected[best] < (MARGIN if self.speculating.get(size) else SWITCH) * expected[1]:
             best = 1
-        reprobe = self.reprobes.setdefault(size, Reprobe())
-        if self.steps >= reprobe.due:
+        if reprobe.steps >= reprobe.due:
             reprobe.interval = (
                 min(2 * reprobe.interval, MAX_REPROBE) if best == reprobe.best else REPROBE
             )
-            reprobe.due, reprobe.best = self.steps + reprobe.interval, best
+            reprobe.due, reprobe.best = reprobe.steps + reprobe.interval, best
             stalest = min(self.widths, key=lambda w: self.measured_at[(w, size)])
             return Choice(stalest, "reprobe", expected)
         self.speculating[size] = best > 1
@@ -217,7 +222,8 @@ class WidthControl:
         if asked is None or asked.reason != "reprobe":
             return
         if restart or asked.width != width:  # it measured nothing it asked for
-            self.reprobes[key[1]].due = self.steps + 1
+            reprobe = self.reprobes[key[1]]
+            reprobe.due = reprobe.steps + 1
         elif width > 1:
             self.pace(key[1], batch, seconds)
 
@@ -230,7 +236,7 @@ class WidthControl:
             return
         wait = min(math.ceil(extra / (REPROBE_SHARE * classic)), MAX_PACED)
         reprobe = self.reprobes[size]
-        reprobe.due = max(reprobe.due, self.steps + wait)
+        reprobe.due = max(reprobe.due, reprobe.steps + wait)
 
     def observe_round(self, width: int, accepted: int, request: Hashable | None = None) -> None:
         """One request's round: `accepted` of its width - 1 drafts were kept."""

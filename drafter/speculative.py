@@ -267,7 +267,9 @@ class Session:
     def keep_features(self, features: mx.array) -> None:
         """(1, n, F) features of rows the target was fed and kept: the drafter takes them
         in with its next block."""
-        self.context = (self.context or []) + [features]
+        if self.context is None:
+            self.context = []
+        self.context.append(features)  # in place: a long classic run keeps thousands
 
     def judge(self, current: Round, logits: mx.array, verified: mx.array | None) -> None:
         """Choose for every verify row at once (lazy). logits: (B, V) for this request."""
