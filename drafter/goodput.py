@@ -30,11 +30,10 @@ A width not yet measured at a size class is tried once, widest first (the
 startup-resolved width is the default, see DESIGN.md), and every REPROBE steps at
 that size class the least recently measured one is tried again; while re-measuring
 changes nothing, a size class waits twice as long each time, up to MAX_REPROBE of its
-steps. A re-measurement
-that cost more than a classic step (a wide step takes in every context row kept since
-its requests last drafted, which at a large batch can cost many classic steps) also
-pushes the next one out until re-measuring has spent at most REPROBE_SHARE of the
-size class's classic decode time, up to MAX_PACED steps.
+steps. A re-measurement that cost more than a classic step (a wide step takes in every
+context row kept since its requests last drafted, which at a large batch can cost many
+classic steps) also pushes the next one out until re-measuring has spent at most
+REPROBE_SHARE of the size class's classic decode time, up to MAX_PACED steps.
 No MLX here: the scheduler feeds it numbers.
 """
 
