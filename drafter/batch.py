@@ -423,6 +423,12 @@ class BatchDecoder:
             self.release()
             self.pipelined_step(sequences[0])
             return 1
+        if len(sequences) == 1 and sequences[0].queued is not None:
+            # A round is wanted: the queued forward's token comes first, as a batch's
+            # queued step does, rather than being rolled back with its work lost.
+            self.release()
+            self.pipelined_step(sequences[0], queue_next=False)
+            return 1
         for sequence in sequences:
             unqueue(sequence)
         if len(sequences) == 1 or not all(batchable(s.session.cache) for s in sequences):
@@ -516,15 +522,16 @@ class BatchDecoder:
                 fed = None if features is None else features[b : b + 1]
                 emit_classic(sequence, tokens[b], current.rows[b], fed)
 
-    def pipelined_step(self, sequence: Sequence) -> None:
+    def pipelined_step(self, sequence: Sequence, queue_next: bool = True) -> None:
         """Classic decode alone, pipelined like mlx-lm's generate_step: the next token's
         forward is queued before this one is read back (a host round trip saved per
-        token; on CUDA a quarter of a small model's step)."""
+        token; on CUDA a quarter of a small model's step). queue_next=False ends the
+        pipeline: the step emits its token and queues nothing."""
         assert sequence.anchor is not None
         session = sequence.session
         current = sequence.queued or queue_classic(session, mx.array([sequence.anchor]))
         sequence.queued = None
-        if sequence.emitted + 1 < sequence.max_tokens:
+        if queue_next and sequence.emitted + 1 < sequence.max_tokens:
             sequence.queued = queue_classic(session, current.choice)
         emit_classic(sequence, current.choice.item(), current.rows, current.features)
 

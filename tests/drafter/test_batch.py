@@ -278,3 +278,29 @@ def test_a_lone_request_leaving_and_resuming_speculation_is_exact(
         assert session.draft_cache[0].offset + pending == fed, f"step {step}"
     request.max_tokens = 40
     assert out == solo(eng, request)
+
+
+def test_a_lone_request_resuming_speculation_takes_its_queued_token_first(pair: Pair) -> None:
+    """The queued classic forward is not rolled back when a round is wanted: its token
+    is emitted first, as a batch's queued step is, and the next step drafts."""
+    eng = engine(pair, True)
+    request = requests(1, seed=19)[0]
+    decoder = BatchDecoder(eng)
+    lone = decoder.start(request.prompt, 40, request.params, GenerationStats(), True)
+    out: list[int] = []
+    while lone.prefill is not None:
+        out += [token.id for token in decoder.advance_prefill(lone)]
+    for _ in range(3):
+        decoder.step([lone], 1)
+        out += [token.id for token in lone.tokens]
+    assert lone.queued is not None
+    assert decoder.step([lone], 4) == 1  # the pipeline's last token
+    out += [token.id for token in lone.tokens]
+    assert len(lone.tokens) == 1 and lone.queued is None
+    assert decoder.step([lone], 4) == 4  # then a round
+    out += [token.id for token in lone.tokens]
+    while not lone.done:
+        decoder.step([lone], 4)
+        out += [token.id for token in lone.tokens]
+    request.max_tokens = 40
+    assert out == solo(eng, request)

@@ -76,7 +76,7 @@ def test_greedy_lookup_speculation_equals_classic(pair: Pair, width: int) -> Non
 
 def test_a_lone_step_without_a_match_is_the_pipelined_classic_step(pair: Pair) -> None:
     """Where the lookup finds nothing the step is classic decode's, its next forward
-    queued before this one is read; a match takes it back out and drafts."""
+    queued before this one is read; a match takes the queued token first, then drafts."""
     engine = engine_on(pair, NgramDrafter(engine_on(pair).vocab_size), 6)
     prompt = list(b"no repeats here at all")
     reference = [
