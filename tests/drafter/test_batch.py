@@ -253,6 +253,21 @@ def test_a_pipelined_lone_request_joined_by_another_keeps_an_exact_cache(
     assert attention and all(c.offset == fed for c in attention)
 
 
+def started_alone(
+    pair: Pair, seed: int
+) -> tuple[Engine, Request, BatchDecoder, Sequence, list[int]]:
+    """A speculative engine's lone request of 40 tokens, its prefill done: the engine,
+    the request, its decoder and sequence, and the token ids emitted so far."""
+    eng = engine(pair, True)
+    request = requests(1, seed=seed)[0]
+    decoder = BatchDecoder(eng)
+    lone = decoder.start(request.prompt, 40, request.params, GenerationStats(), True)
+    out: list[int] = []
+    while lone.prefill is not None:
+        out += [token.id for token in decoder.advance_prefill(lone)]
+    return eng, request, decoder, lone, out
+
+
 @pytest.mark.parametrize("widths", [[1, 1, 1, 4], [4, 1], [1, 1, 1, 1, 1, 1, 1, 2]])
 def test_a_lone_request_leaving_and_resuming_speculation_is_exact(
     pair: Pair, widths: list[int]
@@ -260,13 +275,7 @@ def test_a_lone_request_leaving_and_resuming_speculation_is_exact(
     """Pipelined classic steps keep the drafter's context rows, so speculation resumes
     after them with no re-prefill: after every step the drafter holds or has pending
     a context row for each token the target was fed, and the output stays classic's."""
-    eng = engine(pair, True)
-    request = requests(1, seed=17)[0]
-    decoder = BatchDecoder(eng)
-    lone = decoder.start(request.prompt, 40, request.params, GenerationStats(), True)
-    out: list[int] = []
-    while lone.prefill is not None:
-        out += [token.id for token in decoder.advance_prefill(lone)]
+    eng, request, decoder, lone, out = started_alone(pair, seed=17)
     step = 0
     while not lone.done:
         decoder.step([lone], widths[step % len(widths)])
@@ -283,13 +292,7 @@ def test_a_lone_request_leaving_and_resuming_speculation_is_exact(
 def test_a_lone_request_resuming_speculation_takes_its_queued_token_first(pair: Pair) -> None:
     """The queued classic forward is not rolled back when a round is wanted: its token
     is emitted first, as a batch's queued step is, and the next step drafts."""
-    eng = engine(pair, True)
-    request = requests(1, seed=19)[0]
-    decoder = BatchDecoder(eng)
-    lone = decoder.start(request.prompt, 40, request.params, GenerationStats(), True)
-    out: list[int] = []
-    while lone.prefill is not None:
-        out += [token.id for token in decoder.advance_prefill(lone)]
+    eng, request, decoder, lone, out = started_alone(pair, seed=19)
     for _ in range(3):
         decoder.step([lone], 1)
         out += [token.id for token in lone.tokens]
