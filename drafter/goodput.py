@@ -169,7 +169,7 @@ class WidthControl:
         size = size_class(len(requests))
         reprobe = self.reprobes.setdefault(size, Reprobe())
         reprobe.steps += 1
-        unmeasured = [w for w in reversed(self.widths) if not self.times.get((w, size))]
+        unmeasured = [w for w in reversed(self.widths) if (w, size) not in self.times]
         if unmeasured:
             return Choice(unmeasured[0], "explore")
         pooled = self.pooled_rates()  # once a step, each request's sums once
