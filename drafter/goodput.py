@@ -26,14 +26,18 @@ after a change of members runs two forwards), are read at what they cost togethe
 the classic step right after a wide one restarts the pipeline, a switch's cost (SWITCH
 covers it), and is never a classic cost: classic decode is measured by the pipelined
 step after it, so measuring it after wide steps takes two classic steps.
-A width not yet measured at a size class is tried once, widest first (the
-startup-resolved width is the default, see DESIGN.md), and every REPROBE steps at
-that size class the least recently measured one is tried again; while re-measuring
-changes nothing, a size class waits twice as long each time, up to MAX_REPROBE of its
-steps. A re-measurement that cost more than a classic step (a wide step takes in every
-context row kept since its requests last drafted, which at a large batch can cost many
-classic steps) also pushes the next one out until re-measuring has spent at most
-REPROBE_SHARE of the size class's classic decode time, up to MAX_PACED steps.
+A lone request tries each width once, widest first (the startup-resolved width is
+the default, see DESIGN.md). A batch measures classic decode first and its wide widths
+as re-measurements: a wide step in a batch takes in every context row kept since its
+requests last drafted and meets new shapes, so a batch's first wide steps are the
+costliest steps the server runs, and under load classic decode is the safe default.
+Every REPROBE steps at a size class its least recently measured width (one never
+measured first) is tried; while re-measuring changes nothing, a size class waits twice
+as long each time, up to MAX_REPROBE of its steps. A re-measurement that cost more than
+a classic step also pushes the next one out until re-measuring has spent at most
+REPROBE_SHARE of the size class's classic decode time, up to MAX_PACED steps; its cost
+includes the classic step after it, which restarts the pipeline and waits for what the
+wide step left queued on the device.
 No MLX here: the scheduler feeds it numbers.
 """
 
@@ -134,6 +138,7 @@ class WidthControl:
         self.speculating: dict[int, bool] = {}  # size class -> its last goodput choice was wide
         self.steps = 0
         self.last_width = 1  # the width the last step ran
+        self.probe: tuple[int, int, float] | None = None  # the last step, a wide re-measurement
 
     def pooled_rates(self) -> list[float]:
         """P(the first k drafts are accepted) over every request, k = 1 .. ceiling - 1
@@ -170,14 +175,15 @@ class WidthControl:
         reprobe = self.reprobes.setdefault(size, Reprobe())
         reprobe.steps += 1
         unmeasured = [w for w in reversed(self.widths) if (w, size) not in self.times]
-        if unmeasured:
-            return Choice(unmeasured[0], "explore")
+        if unmeasured and (size == 1 or 1 in unmeasured):  # alone: widest first; batch: classic
+            return Choice(unmeasured[0] if size == 1 else 1, "explore")
         pooled = self.pooled_rates()  # once a step, each request's sums once
         per_request = [self.tokens_by_width(r, pooled) for r in requests]
         batch = len(requests)
         expected = {
             w: sum(t[w - 1] for t in per_request) / (batch * self.cost(w, size))
             for w in self.widths
+            if w not in unmeasured
         }
         best = max(expected, key=expected.__getitem__)
         if expected[best] < (MARGIN if self.speculating.get(size) else SWITCH) * expected[1]:
@@ -187,8 +193,8 @@ class WidthControl:
                 min(2 * reprobe.interval, MAX_REPROBE) if best == reprobe.best else REPROBE
             )
             reprobe.due, reprobe.best = reprobe.steps + reprobe.interval, best
-            stalest = min(self.widths, key=lambda w: self.measured_at[(w, size)])
-            return Choice(stalest, "reprobe", expected)
+            stalest = min(self.widths, key=lambda w: self.measured_at.get((w, size), -1))
+            return Choice(unmeasured[0] if unmeasured else stalest, "reprobe", expected)
         self.speculating[size] = best > 1
         return Choice(best, "goodput", expected)
 
@@ -215,9 +221,12 @@ class WidthControl:
         # forwards): the switch's cost, which SWITCH covers, not classic decode's.
         # Classic is measured by the pipelined step after it.
         restart, self.last_width = width == 1 and self.last_width > 1, width
+        probe, self.probe = self.probe, None
         if not restart:
             self.times.setdefault(key, deque(maxlen=SAMPLES)).append(seconds / batch)
             self.measured_at[key] = self.steps
+        elif probe is not None and key[1] == probe[0]:  # the wide re-measurement's tail
+            self.pace(probe[0], probe[1], probe[2] + seconds - batch * self.cost(1, key[1]))
         if asked is None or asked.reason != "reprobe":
             return
         if restart or asked.width != width:  # it measured nothing it asked for
@@ -225,6 +234,7 @@ class WidthControl:
             reprobe.due = reprobe.steps + 1
         elif width > 1:
             self.pace(key[1], batch, seconds)
+            self.probe = (key[1], batch, seconds)
 
     def pace(self, size: int, batch: int, seconds: float) -> None:
         """After a wide re-measurement that took `seconds`: the next one waits until its

@@ -23,12 +23,15 @@ from drafter.goodput import (
 
 
 def measured(control: WidthControl, requests: list[str], cost: dict[int, float]) -> None:
-    """Explore every width, widest first, classic twice: its first step after the wide
-    ones only restarts the pipeline. cost: a step's seconds at each width."""
-    for _ in range(len(control.widths) + 1):
+    """Run steps as the control asks until it has measured every width at this size
+    class. cost: a step's seconds at each width."""
+    size = size_class(len(requests))
+    for _ in range(10_000):
+        if all((w, size) in control.times for w in control.widths):
+            return
         choice = control.choose(requests)
-        assert choice.reason == "explore"
-        control.observe_step(choice.width, len(requests), cost[choice.width])
+        control.observe_step(choice.width, len(requests), cost[choice.width], choice)
+    raise AssertionError("some width was never measured")
 
 
 def batch(n: int) -> list[str]:
@@ -51,16 +54,62 @@ def test_a_lone_request_starts_at_the_resolved_width() -> None:
     assert control.choose(["a"]) == Choice(8, "explore")
 
 
-def test_every_width_is_measured_at_a_size_class_before_goodput_decides() -> None:
+def test_a_lone_request_measures_every_width_before_goodput_decides() -> None:
     control = WidthControl(4)
     seen = []
     for _ in range(len(control.widths) + 1):
+        choice = control.choose(["a"])
+        seen.append((choice.width, choice.reason))
+        control.observe_step(choice.width, 1, 0.1)
+    # widest first; classic's first step after them restarts the pipeline
+    assert [width for width, _ in seen] == [4, 2, 1, 1]
+    assert {reason for _, reason in seen} == {"explore"}
+    assert control.choose(["a"]).reason == "goodput"
+
+
+def test_a_batch_decodes_classically_until_a_wide_width_is_measured() -> None:
+    """Classic first; each wide width is measured as a re-measurement, paced by its cost
+    (a step at 4 rows costs 3 classic steps more: 0.3 / (REPROBE_SHARE x 0.1) steps)."""
+    control = WidthControl(4)
+    cost = {1: 0.1, 2: 0.2, 4: 0.4}
+    seen = []
+    for step in range(400):
         choice = control.choose(batch(3))
-        seen.append(choice.width)
-        control.observe_step(choice.width, 3, 0.1)
-    assert seen == [4, 2, 1, 1]  # widest first; classic's first step restarts the pipeline
+        control.observe_step(choice.width, 3, cost[choice.width], choice)
+        if choice.width > 1 or choice.reason != "goodput":
+            seen.append((step, choice.width, choice.reason))
+    assert seen[0] == (0, 1, "explore")
+    assert seen[1] == (REPROBE - 1, 4, "reprobe")  # widest first, after REPROBE steps
+    assert seen[2] == (REPROBE - 1 + 0.3 / (REPROBE_SHARE * 0.1) + 2, 2, "reprobe")
+    assert all(reason == "reprobe" for _, width, reason in seen[1:])
     assert control.choose(batch(4)).reason == "goodput"  # 3 and 4 share a class
-    assert control.choose(batch(5)).reason == "explore"  # another class: measured afresh
+    assert control.choose(batch(5)) == Choice(1, "explore")  # another class: measured afresh
+
+
+def test_a_re_measurement_is_charged_the_device_work_it_left_queued() -> None:
+    """The classic step after a wide re-measurement restarts the pipeline and waits for
+    whatever the wide step left queued: its time beyond a classic step pushes the next
+    re-measurement out as the wide step's own time does."""
+    cost = {1: 0.1, 2: 0.2, 4: 0.2}
+
+    def second_wide_at(restart_s: float) -> int:
+        control = WidthControl(4)
+        for _ in range(50):  # drafts refused: classic stays the choice
+            control.observe_round(4, 0)
+        wide = []
+        for step in range(2000):
+            choice = control.choose(batch(3))
+            after_wide = choice.width == 1 and control.last_width > 1
+            seconds = restart_s if after_wide else cost[choice.width]
+            control.observe_step(choice.width, 3, seconds, choice)
+            if choice.width > 1:
+                wide.append(step)
+        return wide[1] - wide[0]
+
+    # nothing left queued: the wait covers the wide step's 0.1 s beyond a classic step
+    assert 0.1 / (REPROBE_SHARE * 0.1) <= second_wide_at(0.1) <= 0.1 / (REPROBE_SHARE * 0.1) + 2
+    # 1 s left queued, waited for by the step after it: the wait covers 1.1 s
+    assert second_wide_at(1.1) >= 1.1 / (REPROBE_SHARE * 0.1)
 
 
 def test_speculation_is_dropped_when_its_rows_cost_more_than_they_yield() -> None:
@@ -114,8 +163,7 @@ def test_re_measuring_backs_off_while_it_changes_nothing() -> None:
             at.append(step)
         control.observe_step(choice.width, 2, 0.1 * choice.width)
     gaps = [b - a for a, b in zip(at, at[1:], strict=False)]
-    assert at[0] < REPROBE
-    assert gaps[:3] == [REPROBE, 2 * REPROBE, 4 * REPROBE]
+    assert gaps[:3] == [4 * REPROBE, 8 * REPROBE, MAX_REPROBE]  # measuring was 2 doublings
     assert max(gaps) == MAX_REPROBE
 
 
@@ -239,9 +287,9 @@ def test_the_classic_step_after_a_wide_one_is_not_a_classic_cost() -> None:
     for _ in range(6):
         control.observe_step(2, 8, 0.2)
         control.observe_step(1, 8, 0.16)  # the restart after it
-    assert control.cost(1, 8) == pytest.approx(0.01)
+    assert list(control.times[(1, 8)]) == pytest.approx([0.01] * len(control.times[(1, 8)]))
     control.observe_step(1, 8, 0.096)  # classic after classic counts
-    assert control.cost(1, 8) == pytest.approx(0.011)
+    assert control.times[(1, 8)][-1] == pytest.approx(0.012)
 
 
 def test_classic_is_measured_by_the_step_after_the_restart() -> None:
