@@ -193,8 +193,10 @@ class WidthControl:
                 min(2 * reprobe.interval, MAX_REPROBE) if best == reprobe.best else REPROBE
             )
             reprobe.due, reprobe.best = reprobe.steps + reprobe.interval, best
-            stalest = min(self.widths, key=lambda w: self.measured_at.get((w, size), -1))
-            return Choice(unmeasured[0] if unmeasured else stalest, "reprobe", expected)
+            if unmeasured:  # a batch's wide widths are first measured here
+                return Choice(unmeasured[0], "reprobe", expected)
+            stalest = min(self.widths, key=lambda w: self.measured_at[(w, size)])
+            return Choice(stalest, "reprobe", expected)
         self.speculating[size] = best > 1
         return Choice(best, "goodput", expected)
 
