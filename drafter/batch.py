@@ -423,14 +423,16 @@ class BatchDecoder:
             self.release()
             self.pipelined_step(sequences[0])
             return 1
-        if len(sequences) == 1 and sequences[0].queued is not None:
-            # A round is wanted: the queued forward's token comes first, as a batch's
-            # queued step does, rather than being rolled back with its work lost.
+        if queued := [sequence for sequence in sequences if sequence.queued is not None]:
+            # A round is wanted, or others joined: the queued forward's token comes first,
+            # as a batch's queued step does, rather than being rolled back with its work
+            # lost; sequences new to the step emit nothing.
             self.release()
-            self.pipelined_step(sequences[0], queue_next=False)
+            for sequence in sequences:
+                sequence.tokens = []
+            for sequence in queued:
+                self.pipelined_step(sequence, queue_next=False)
             return 1
-        for sequence in sequences:
-            unqueue(sequence)
         if len(sequences) == 1 or not all(batchable(s.session.cache) for s in sequences):
             self.release()
             for sequence in sequences:

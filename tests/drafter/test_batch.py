@@ -307,3 +307,32 @@ def test_a_lone_request_resuming_speculation_takes_its_queued_token_first(pair: 
         out += [token.id for token in lone.tokens]
     request.max_tokens = 40
     assert out == solo(eng, request)
+
+
+def test_a_lone_request_joined_by_another_takes_its_queued_token_first(pair: Pair) -> None:
+    """When a second request joins a lone pipelined one, the queued forward's token is
+    the step's (the joiner emits nothing in it) rather than rolled back; then both decode
+    together, each exactly as alone."""
+    eng, request, decoder, lone, out = started_alone(pair, seed=23)
+    for _ in range(3):
+        decoder.step([lone], 1)
+        out += [token.id for token in lone.tokens]
+    assert lone.queued is not None
+    other_request = requests(2, seed=29)[1]
+    other_request.max_tokens = 40
+    other = decoder.start(other_request.prompt, 40, other_request.params, GenerationStats(), True)
+    joined: list[int] = []
+    while other.prefill is not None:
+        joined += [token.id for token in decoder.advance_prefill(other)]
+    assert decoder.step([lone, other], 4) == 1  # the lone pipeline's last token
+    assert (len(lone.tokens), other.tokens, lone.queued) == (1, [], None)
+    out += [token.id for token in lone.tokens]
+    for width in [4, 1, 1, 4] * 20:
+        live = [sequence for sequence in (lone, other) if not sequence.done]
+        if not live:
+            break
+        decoder.step(live, width)
+        out += [token.id for token in lone.tokens] if lone in live else []
+        joined += [token.id for token in other.tokens] if other in live else []
+    request.max_tokens = 40
+    assert (out, joined) == (solo(eng, request), solo(eng, other_request))
