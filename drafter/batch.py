@@ -23,9 +23,10 @@ When requests leave, their rows go back to their own caches and out of the share
 buffers (one gather); joiners' rows are appended (one concatenation); any other change
 rebuilds the state from the requests' own caches. A batch of one is the solo round.
 
-While a batch and its width hold, its classic steps are pipelined as mlx-lm's
+While a batch's width holds, its classic steps are pipelined as mlx-lm's
 generate_step is: the next step's forward is queued, fed the choices still lazy,
-before this step's are read back (`QueuedBatch`).
+before this step's are read back (`QueuedBatch`). Requests joining and leaving do not
+stall it: the queued step covers the requests that go on and those new to the step.
 """
 
 from __future__ import annotations
@@ -502,27 +503,53 @@ class BatchDecoder:
         return QueuedBatch(list(sequences), [c.rows for c in rounds], choices, features)
 
     def take_queued(self, sequences: list[Sequence], queue_next: bool) -> None:
-        """Emit the queued step's tokens, pipelined like mlx-lm's generate_step: while
-        the batch and its width hold, the next step's forward is queued (fed the choices,
-        still lazy) before this one is read back. Otherwise only the sequences still
-        asked for keep their row and token; sequences new to the step emit nothing."""
+        """Emit the queued step's tokens, pipelined like mlx-lm's generate_step: the next
+        step's forward is queued (fed the choices, still lazy) before this one is read
+        back (`queue_following`). Only the sequences still asked for keep their row and
+        token; sequences new to the step emit nothing in it."""
         current, self.queued = self.queued, None
         assert current is not None and self.state is not None
         asked = {id(sequence) for sequence in sequences}
         kept = [id(sequence) in asked for sequence in current.sequences]
         self.state.commit([int(keep) for keep in kept])
-        going_on = all(s.emitted + 1 < s.max_tokens for s in current.sequences)
-        if queue_next and sequences == current.sequences and going_on:
-            self.queued = self.queue_batch(current.sequences, current.choices)
-        else:
-            for sequence in sequences:
-                sequence.tokens = []
+        if queue_next:
+            self.queue_following(current, sequences, kept)
+        for sequence in sequences:
+            sequence.tokens = []
         tokens = current.choices.tolist()  # the step's one host sync
         features = current.features
         for b, (sequence, keep) in enumerate(zip(current.sequences, kept, strict=True)):
             if keep:
                 fed = None if features is None else features[b : b + 1]
                 emit_classic(sequence, tokens[b], current.rows[b], fed)
+
+    def queue_following(
+        self, current: QueuedBatch, sequences: list[Sequence], kept: list[bool]
+    ) -> None:
+        """Queue the next classic step over the sequences that go on after this token
+        and those new to the step (fed their first token): requests joining and leaving
+        do not stall the pipeline. One left alone decodes on its own (`pipelined_step`)."""
+        going = [
+            b
+            for b, (sequence, keep) in enumerate(zip(current.sequences, kept, strict=True))
+            if keep and sequence.emitted + 1 < sequence.max_tokens
+        ]
+        members = {id(sequence) for sequence in current.sequences}
+        joining = [sequence for sequence in sequences if id(sequence) not in members]
+        following = [current.sequences[b] for b in going] + joining
+        sessions = [sequence.session for sequence in following]
+        if len(following) < 2 or not all(map(pipelinable, sessions)):
+            return
+        if not all(batchable(session.cache) for session in sessions):
+            return
+        assert self.state is not None
+        if not self.state.regroup(following):
+            self.state.release()
+            self.state = BatchState(following)
+        anchors = [sequence.anchor for sequence in joining]
+        fed = [current.choices[mx.array(going)]] if going else []
+        tokens = mx.concatenate([*fed, mx.array(anchors, dtype=current.choices.dtype)])
+        self.queued = self.queue_batch(following, tokens)
 
     def pipelined_step(self, sequence: Sequence, queue_next: bool = True) -> None:
         """Classic decode alone, pipelined like mlx-lm's generate_step: the next token's

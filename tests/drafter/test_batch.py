@@ -227,6 +227,42 @@ def test_a_batchs_classic_steps_are_pipelined_and_report_solo_logprobs(
 
 
 @pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
+def test_requests_joining_and_leaving_a_batch_do_not_stall_its_pipeline(
+    pair: Pair, speculative: bool
+) -> None:
+    """The step in which a request emits its last token queues the next one for the
+    others, and a request new to a step is fed its first token in the next queued one:
+    while two or more decode, every classic step but the last is pipelined, and every
+    output equals its solo output."""
+    eng = engine(pair, speculative)
+    reqs = requests(4, seed=23)
+    for req, max_tokens in zip(reqs, (5, 9, 14, 11), strict=True):
+        req.max_tokens = max_tokens
+    decoder = BatchDecoder(eng)
+    sequences, got = prefilled(decoder, reqs[:3])
+    pipelined = []
+    for step in range(30):
+        if step == 3:  # a fourth request joins the batch in flight
+            late, first = prefilled(decoder, reqs[3:])
+            sequences, got = sequences + late, got + first
+        decoding = [s for s in sequences if not s.done]
+        if len(decoding) < 2:
+            break
+        decoder.step(decoding, 1)
+        pipelined.append(decoder.queued is not None)
+        for i, sequence in enumerate(sequences):
+            if sequence in decoding:
+                got[i] += sequence.tokens
+    by_length = all(type(c).__name__ != "ArraysCache" for c in sequences[0].session.cache)
+    assert pipelined == [by_length] * (len(pipelined) - 1) + [False]
+    for i, sequence in enumerate(sequences):  # the last one ends alone
+        while not sequence.done:
+            decoder.step([sequence], 1)
+            got[i] += sequence.tokens
+    assert_tokens_and_logprobs_equal_solo(eng, reqs, got)
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["classic", "speculative"])
 def test_a_pipelined_lone_request_joined_by_another_keeps_an_exact_cache(
     pair: Pair, speculative: bool
 ) -> None:
