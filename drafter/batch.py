@@ -538,9 +538,7 @@ class BatchDecoder:
         joining = [sequence for sequence in sequences if id(sequence) not in members]
         following = [current.sequences[b] for b in going] + joining
         sessions = [sequence.session for sequence in following]
-        if len(following) < 2 or not all(map(pipelinable, sessions)):
-            return
-        if not all(batchable(session.cache) for session in sessions):
+        if len(following) < 2 or not all(pipelinable(s) and batchable(s.cache) for s in sessions):
             return
         assert self.state is not None
         if not self.state.regroup(following):
