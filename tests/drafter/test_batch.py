@@ -255,6 +255,9 @@ def test_requests_joining_and_leaving_a_batch_do_not_stall_its_pipeline(
                 got[i] += sequence.tokens
     by_length = all(type(c).__name__ != "ArraysCache" for c in sequences[0].session.cache)
     assert pipelined == [by_length] * (len(pipelined) - 1) + [False]
+    for sequence in sequences:  # the drafter's context: one row per token fed since the prompt
+        rows = sum(piece.shape[1] for piece in sequence.session.context or [])
+        assert rows == (sequence.emitted - 1 if speculative else 0)
     for i, sequence in enumerate(sequences):  # the last one ends alone
         while not sequence.done:
             decoder.step([sequence], 1)
