@@ -544,9 +544,12 @@ class BatchDecoder:
         if not self.state.regroup(following):
             self.state.release()
             self.state = BatchState(following)
-        anchors = [sequence.anchor for sequence in joining]
-        fed = [current.choices[mx.array(going)]] if going else []
-        tokens = mx.concatenate([*fed, mx.array(anchors, dtype=current.choices.dtype)])
+        tokens = current.choices
+        if len(going) < len(current.sequences):  # some leave: the rows that go on
+            tokens = tokens[mx.array(going, dtype=mx.int32)]
+        if joining:  # fed their first token
+            anchors = mx.array([sequence.anchor for sequence in joining], dtype=tokens.dtype)
+            tokens = mx.concatenate([tokens, anchors])
         self.queued = self.queue_batch(following, tokens)
 
     def pipelined_step(self, sequence: Sequence, queue_next: bool = True) -> None:
