@@ -351,6 +351,11 @@ class Sequence:
         return self.prefill is None and not self.done
 
     @property
+    def wants_another(self) -> bool:
+        """Whether it decodes past the token in flight, so the next one may be queued."""
+        return self.emitted + 1 < self.max_tokens
+
+    @property
     def accepted(self) -> int:
         """Drafts the last round kept."""
         return self.session.last_accepted
@@ -532,7 +537,7 @@ class BatchDecoder:
         going = [
             b
             for b, (sequence, keep) in enumerate(zip(current.sequences, kept, strict=True))
-            if keep and sequence.emitted + 1 < sequence.max_tokens
+            if keep and sequence.wants_another
         ]
         members = {id(sequence) for sequence in current.sequences}
         joining = [sequence for sequence in sequences if id(sequence) not in members]
@@ -561,7 +566,7 @@ class BatchDecoder:
         session = sequence.session
         current = sequence.queued or queue_classic(session, mx.array([sequence.anchor]))
         sequence.queued = None
-        if queue_next and sequence.emitted + 1 < sequence.max_tokens:
+        if queue_next and sequence.wants_another:
             sequence.queued = queue_classic(session, current.choice)
         emit_classic(sequence, current.choice.item(), current.rows, current.features)
 
