@@ -37,7 +37,9 @@ as long each time, up to MAX_REPROBE of its steps. A re-measurement that cost mo
 a classic step also pushes the next one out until re-measuring has spent at most
 REPROBE_SHARE of the size class's classic decode time, up to MAX_PACED steps; its cost
 includes the classic step after it, which restarts the pipeline and waits for what the
-wide step left queued on the device.
+wide step left queued on the device. One whose step cost more than `width` classic steps
+could not pay even with every draft accepted: the next waits MAX_PACED steps, the fewest
+wide steps that still let the control see costs fall.
 No MLX here: the scheduler feeds it numbers.
 """
 
@@ -235,17 +237,22 @@ class WidthControl:
             reprobe = self.reprobes[key[1]]
             reprobe.due = reprobe.steps + 1
         elif width > 1:
-            self.pace(key[1], batch, seconds)
+            self.pace(key[1], batch, seconds, width)
             self.probe = (key[1], batch, seconds)
 
-    def pace(self, size: int, batch: int, seconds: float) -> None:
+    def pace(self, size: int, batch: int, seconds: float, width: int | None = None) -> None:
         """After a wide re-measurement that took `seconds`: the next one waits until its
-        cost beyond a classic step is REPROBE_SHARE of the classic steps run since."""
+        cost beyond a classic step is REPROBE_SHARE of the classic steps run since, or
+        MAX_PACED where its `width` rows cost more than `width` classic steps (no
+        acceptance could make it pay)."""
         classic = batch * self.cost(1, size)  # seconds of a classic step at this batch
         extra = seconds - classic
         if extra <= 0 or classic <= 0:
             return
-        wait = min(math.ceil(extra / (REPROBE_SHARE * classic)), MAX_PACED)
+        hopeless = width is not None and seconds > width * classic
+        wait = (
+            MAX_PACED if hopeless else min(math.ceil(extra / (REPROBE_SHARE * classic)), MAX_PACED)
+        )
         reprobe = self.reprobes[size]
         reprobe.due = max(reprobe.due, reprobe.steps + wait)
 

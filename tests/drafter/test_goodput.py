@@ -168,29 +168,46 @@ def test_re_measuring_backs_off_while_it_changes_nothing() -> None:
 
 
 def reprobe_gaps(
-    control: WidthControl, requests: list[str], steps: int, wide_s: float
-) -> list[int]:
-    """Run `steps` steps at 0.1 s a classic step; each wide re-measurement takes
-    `wide_s`. The gaps between re-measurements."""
+    control: WidthControl, requests: list[str], steps: int, wide_s: dict[int, float]
+) -> list[tuple[int, int]]:
+    """Run `steps` steps at 0.1 s a classic step; a wide re-measurement at width w takes
+    `wide_s[w]`. Each gap between re-measurements, with the width before it."""
     at = []
     for step in range(steps):
         choice = control.choose(requests)
-        seconds = wide_s if choice.width > 1 else 0.1
-        if choice.reason == "reprobe":
+        seconds = wide_s[choice.width] if choice.width > 1 else 0.1
+        if choice.reason == "reprobe" and choice.width > 1:
             at.append((step, choice.width))
         control.observe_step(choice.width, len(requests), seconds, choice)
-    wide = [step for step, width in at if width > 1]
-    return [b - a for a, b in zip(wide, wide[1:], strict=False)]
+    return [(b - a, width) for (a, width), (b, _) in zip(at, at[1:], strict=False)]
 
 
 def test_a_costly_re_measurement_waits_until_classic_steps_cover_it() -> None:
-    """A wide re-measurement that costs 20 classic steps: the next wide one comes only
-    after enough classic steps that it was REPROBE_SHARE of their time."""
-    control = WidthControl(4)
-    measured(control, batch(8), {1: 0.1, 2: 2.0, 4: 2.0})
-    gaps = reprobe_gaps(control, batch(8), 4000, wide_s=2.0)
-    wait = (2.0 - 0.1) / (REPROBE_SHARE * 0.1)
-    assert gaps and min(gaps) >= wait and max(gaps) <= MAX_PACED + REPROBE
+    """A wide re-measurement that costs 7.9 classic steps (width 8, so it could still
+    pay): the next one comes only after enough classic steps that it was REPROBE_SHARE
+    of their time, beyond the cadence a cheap one keeps."""
+    control = WidthControl(8)
+    cost = {2: 0.19, 4: 0.39, 8: 0.79}
+    measured(control, batch(8), {1: 0.1, **cost})
+    gaps = reprobe_gaps(control, batch(8), 4000, cost)
+    after_8 = [gap for gap, width in gaps if width == 8]
+    wait = (0.79 - 0.1) / (REPROBE_SHARE * 0.1)
+    assert wait > MAX_REPROBE and after_8 and min(after_8) >= wait
+    assert max(gap for gap, _ in gaps) <= MAX_PACED + REPROBE
+
+
+def test_a_width_no_acceptance_could_pay_for_is_re_measured_least_often() -> None:
+    """A wide step that costs more than `width` classic steps loses even with every draft
+    accepted: the next re-measurement waits MAX_PACED steps, where one that could pay
+    keeps the cadence of re-measuring."""
+    control = WidthControl(2)
+    measured(control, batch(8), {1: 0.1, 2: 0.25})
+    hopeless = reprobe_gaps(control, batch(8), 5000, {2: 0.25})  # 2.5 classic steps
+    assert hopeless and min(gap for gap, _ in hopeless) >= MAX_PACED
+    control = WidthControl(2)
+    measured(control, batch(8), {1: 0.1, 2: 0.19})
+    could_pay = reprobe_gaps(control, batch(8), 5000, {2: 0.19})  # 1.9 classic steps
+    assert could_pay and max(gap for gap, _ in could_pay) <= MAX_REPROBE + REPROBE
 
 
 def test_a_re_measurement_at_a_classic_steps_cost_keeps_its_cadence() -> None:
@@ -198,8 +215,8 @@ def test_a_re_measurement_at_a_classic_steps_cost_keeps_its_cadence() -> None:
     measured(control, batch(8), {1: 0.1, 2: 0.1, 4: 0.1})
     for _ in range(50):  # drafts refused: classic stays the choice
         control.observe_round(4, 0)
-    gaps = reprobe_gaps(control, batch(8), 600, wide_s=0.1)
-    assert min(gaps) <= 2 * REPROBE
+    gaps = reprobe_gaps(control, batch(8), 600, {2: 0.1, 4: 0.1})
+    assert min(gap for gap, _ in gaps) <= 2 * REPROBE
 
 
 def steps_until_reprobe(control: WidthControl, requests: list[str]) -> int:
