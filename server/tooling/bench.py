@@ -192,8 +192,16 @@ def server_environment(environ: Mapping[str, str], blas: str) -> dict[str, str]:
 class Server:
     """One `draftwise serve` child: started, waited for, stopped (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, command: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        command: list[str],
+        env: dict[str, str],
+        port: int,
+        log_path: Path,
+        cwd: Path | None = None,
+    ) -> None:
         self.command, self.env, self.port, self.log_path = command, env, port, log_path
+        self.cwd = cwd  # `python -c` imports from here first
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Server:
@@ -202,6 +210,7 @@ class Server:
         self.process = subprocess.Popen(
             self.command,
             env=self.env,
+            cwd=self.cwd,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
