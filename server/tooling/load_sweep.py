@@ -160,7 +160,13 @@ def run_sweep(
             arm.name: {"args": list(arm.args), "tree": arm.tree and str(arm.tree)}
             for arm in args.arm or DEFAULT_ARMS
         }
-        result = {"arms": arms, "servers": health, "runs": runs, "batch_metrics": metrics}
+        result = {
+            "arms": arms,
+            "prompts": list(prompts),
+            "servers": health,
+            "runs": runs,
+            "batch_metrics": metrics,
+        }
         names = list(servers)
         turn = 0
 

@@ -101,6 +101,7 @@ def test_a_sweep_serves_every_arm_in_rotated_passes(tmp_path: Path) -> None:
     assert record["servers"]["spec"]["speculative"]["block_size"] == 2
     assert record["servers"]["classic"]["speculative"]["speculative"] is False
     assert record["arms"]["classic"]["tree"] == str(tree)
+    assert record["prompts"] == ["def add(a, b):", "The sky is"]
     logs = out.parent / ".sweep-logs"
     assert (
         f"serve entry: {tree / 'server' / 'tooling' / 'lab.py'}"
