@@ -8,7 +8,7 @@
 # drafter/default_pair/model.safetensors aside (38 MB; `mv`, so a running server keeps
 # its file) and leave a placeholder for the part calls only, then move it back before
 # the call that serves.
-# Keep them out of git: add `/.payload*/` to .git/info/exclude.
+# .gitignore keeps them out of git.
 # Usage: scripts/h200/payload.sh [workdir]
 set -euo pipefail
 work=${1:-/tmp/draftwise-payload}
