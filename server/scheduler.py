@@ -168,6 +168,10 @@ class Scheduler:
         )
         choice = self.control.choose(sequences, seeded)
         self.record_decision(choice.width, choice.reason, len(sequences), choice.expected)
+        # its forward already queued by the step before (drafter/batch.py pipelines)
+        pipelined = self.decoder.queued is not None or any(
+            sequence.queued is not None for sequence in sequences
+        )
         began = time.perf_counter()
         try:
             ran = self.decoder.step(sequences, choice.width)
@@ -176,6 +180,8 @@ class Scheduler:
                 self.end_failed(state, error)
             return
         seconds = time.perf_counter() - began
+        labels = {"width": str(ran), "pipelined": str(pipelined).lower()}
+        self.metrics.batch_step_seconds.labels(**labels).observe(seconds)
         self.control.observe_step(ran, len(sequences), seconds, choice)
         for _, running in members:
             running.run.stats.decode_s += seconds

@@ -69,6 +69,15 @@ def shared_steps(server: ServerProcess) -> float:
     )
 
 
+def pipelined_classic_steps(server: ServerProcess) -> float:
+    """Classic steps whose forward the step before had queued (draftwise_batch_step_seconds)."""
+    name = 'draftwise_batch_step_seconds_count{pipelined="true",width="1"}'
+    for line in httpx.get(f"{server.base_url}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def cancel_after_first_chunk(server: ServerProcess) -> None:
     """A streaming client that reads one event and hangs up."""
     body = {"prompt": "cancel me", "max_tokens": 200, "stream": True, "ignore_eos": True}
@@ -112,9 +121,11 @@ def run_concurrently(server: ServerProcess) -> tuple[list[str], list[str]]:
 
 def test_concurrent_classic_requests_each_get_their_solo_output(server: ServerProcess) -> None:
     before, cancelled = shared_steps(server), cancellations(server)
+    pipelined = pipelined_classic_steps(server)
     alone, together = run_concurrently(server)
     assert together == alone
     assert shared_steps(server) > before, "no step decoded more than one sequence"
+    assert pipelined_classic_steps(server) > pipelined, "no classic step was pipelined"
     wait_for_cancellations(server, cancelled + 1)
 
 
