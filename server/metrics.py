@@ -90,11 +90,12 @@ class Metrics:
         )
         self.batch_step_seconds = Histogram(
             "draftwise_batch_step_seconds",
-            "Wall time of one decoding step, by the verify width it ran (1 = classic) and "
+            "Wall time of one decoding step, by batch size class (as "
+            "draftwise_batch_width_decisions), the verify width it ran (1 = classic) and "
             "whether its forward was queued before the step began (pipelined: true) or the "
             "step ran it itself (the first classic step after a wide one, a lone request's "
             "first, a round)",
-            ["width", "pipelined"],
+            ["batch", "width", "pipelined"],
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5),
             registry=r,
         )

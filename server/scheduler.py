@@ -180,7 +180,8 @@ class Scheduler:
                 self.end_failed(state, error)
             return
         seconds = time.perf_counter() - began
-        labels = {"width": str(ran), "pipelined": str(pipelined).lower()}
+        size = str(size_class(len(sequences)))
+        labels = {"batch": size, "width": str(ran), "pipelined": str(pipelined).lower()}
         self.metrics.batch_step_seconds.labels(**labels).observe(seconds)
         self.control.observe_step(ran, len(sequences), seconds, choice)
         for _, running in members:

@@ -71,11 +71,13 @@ def shared_steps(server: ServerProcess) -> float:
 
 def pipelined_classic_steps(server: ServerProcess) -> float:
     """Classic steps whose forward the step before had queued (draftwise_batch_step_seconds)."""
-    name = 'draftwise_batch_step_seconds_count{pipelined="true",width="1"}'
-    for line in httpx.get(f"{server.base_url}/metrics").text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[-1])
-    return 0.0
+    return sum(
+        float(line.split()[-1])
+        for line in httpx.get(f"{server.base_url}/metrics").text.splitlines()
+        if line.startswith("draftwise_batch_step_seconds_count{")
+        and 'pipelined="true"' in line
+        and 'width="1"' in line
+    )
 
 
 def cancel_after_first_chunk(server: ServerProcess) -> None:
