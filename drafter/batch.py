@@ -414,6 +414,10 @@ class BatchDecoder:
         sequence.emitted, sequence.anchor, sequence.tokens = 1, first[0].id, first
         return first
 
+    def pipelined(self, sequences: list[Sequence]) -> bool:
+        """Whether the next step over `sequences` finds its forward already queued."""
+        return self.queued is not None or any(s.queued is not None for s in sequences)
+
     def step(self, sequences: list[Sequence], width: int) -> int:
         """One round over every decoding sequence at `width` rows each (1: a classic
         step); each sequence's `tokens` then holds what it emitted. Returns the width

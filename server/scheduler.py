@@ -168,10 +168,7 @@ class Scheduler:
         )
         choice = self.control.choose(sequences, seeded)
         self.record_decision(choice.width, choice.reason, len(sequences), choice.expected)
-        # its forward already queued by the step before (drafter/batch.py pipelines)
-        pipelined = self.decoder.queued is not None or any(
-            sequence.queued is not None for sequence in sequences
-        )
+        pipelined = self.decoder.pipelined(sequences)
         began = time.perf_counter()
         try:
             ran = self.decoder.step(sequences, choice.width)
