@@ -16,8 +16,7 @@ for arm in "${arms[@]}"; do
   head=${arm%%=*}
   if [[ $head == *@* ]]; then
     weights=${head#*@}/drafter/default_pair/model.safetensors
-    [ -s "$weights" ] && [ "$(head -c 11 "$weights")" != placeholder ] ||
-      ln -sf "$PWD/drafter/default_pair/model.safetensors" "$weights"
+    [ -e "$weights" ] || ln -s "$PWD/drafter/default_pair/model.safetensors" "$weights"
   fi
 done
 for flag in ${SERVE_ARGS:-}; do args+=("--server-arg=$flag"); done

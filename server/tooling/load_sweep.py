@@ -87,7 +87,8 @@ def arm_environment(env: dict[str, str], arm: Arm) -> dict[str, str]:
     runs in the tree: `python -c` looks in the working directory before the path)."""
     if arm.tree is None:
         return env
-    return {**env, "PYTHONPATH": os.pathsep.join((str(arm.tree), env.get("PYTHONPATH", "")))}
+    path = [str(arm.tree), env.get("PYTHONPATH", "")]
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
 
 
 def mlx_lm_command(port: int, model: str) -> list[str]:
@@ -121,9 +122,7 @@ def batch_metrics(port: int) -> list[str]:
     ]
 
 
-def run_sweep(
-    args: argparse.Namespace, logs: Path, save: Callable[[dict[str, Any]], None]
-) -> dict[str, Any]:
+def run_sweep(args: argparse.Namespace, logs: Path, save: Callable[[dict[str, Any]], None]) -> None:
     """Every run at every client count; `save` gets the result so far after each run,
     so a sweep cut short (a time limit) keeps what it measured."""
     clients = [int(c) for c in args.clients.split(",")]
@@ -202,7 +201,6 @@ def run_sweep(
     finally:
         for server in servers.values():
             server.stop()
-    return result
 
 
 def summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
