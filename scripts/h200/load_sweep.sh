@@ -6,7 +6,7 @@
 # of drafter/ policy/ server/, carried) gets this checkout's default drafter weights
 # where it has none. CLIENTS (8,32), PASSES (3), DURATION_S (20), WARM_S (5), MAX_TOKENS
 # (128), PROMPTS (a prompts file; default the load test's own), SERVE_ARGS (to every
-# arm), MLX_LM (1: add the mlx_lm.server arm), SWEEP_T (seconds, 560).
+# arm), MLX_LM (1: add the mlx_lm.server arm), CHAT (1: chat completions), SWEEP_T (seconds, 560).
 . scripts/h200/setup.sh
 bf16_target > /dev/null  # converted once, before several servers want it
 IFS=';' read -ra arms <<< "${ARMS:-spec=;classic=--draft-model none}"
@@ -21,6 +21,7 @@ for arm in "${arms[@]}"; do
 done
 for flag in ${SERVE_ARGS:-}; do args+=("--server-arg=$flag"); done
 [ "${MLX_LM:-}" = 1 ] && args+=(--mlx-lm)
+[ "${CHAT:-}" = 1 ] && args+=(--chat)
 timeout -s INT ${SWEEP_T:-560} python3 -m server.tooling.load_sweep "${args[@]}" \
   --clients ${CLIENTS:-8,32} --passes ${PASSES:-3} --duration-s ${DURATION_S:-20} \
   --warm-s ${WARM_S:-5} --max-tokens ${MAX_TOKENS:-128} \

@@ -181,6 +181,7 @@ def run_sweep(args: argparse.Namespace, logs: Path, save: Callable[[dict[str, An
                     args.max_tokens,
                     prompts=prompts,
                     model=model,
+                    chat=args.chat,
                 )
             )
 
@@ -230,7 +231,13 @@ def markdown(record: dict[str, Any]) -> str:
         "",
         f"- machine: {record['machine']['platform']}, {record['machine']['cpu_count']} CPUs,"
         f" load average {record['machine']['load_average_1m']} at the end",
-        f"- {record['max_tokens']} tokens per request, greedy, streaming; `ignore_eos` where "
+        f"- {record['max_tokens']} tokens per request, greedy, streaming, "
+        + (
+            "chat completions (the prompt as one user message)"
+            if record.get("chat")
+            else "completions of the raw prompt"
+        )
+        + "; `ignore_eos` where "
         "the server supports it (mlx_lm.server ignores it: its requests may end at EOS)",
         "- arms run in turn, order rotated per pass; arms: "
         + "; ".join(
@@ -284,6 +291,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--passes", type=int, default=1, help="runs per arm and client count")
     parser.add_argument("--warm-s", type=float, default=0.0, help="discarded load first, per arm")
     parser.add_argument("--prompts-file", type=read_prompts_file, metavar="JSON")
+    parser.add_argument(
+        "--chat", action="store_true", help="chat completions, each prompt one user message"
+    )
     parser.add_argument("--mlx-lm", action="store_true", help="add the mlx_lm.server arm")
     parser.add_argument("--model-name", help="the model id to send mlx_lm.server")
     parser.add_argument("--server-arg", action="append", default=[], help="to draftwise serve")
@@ -311,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "command": command,
             "machine": machine(),
             "max_tokens": args.max_tokens,
+            "chat": args.chat,
             **result,
         }
         args.output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")

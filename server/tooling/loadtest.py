@@ -1,7 +1,8 @@
 """A bounded load test of a running draftwise server (loopback only).
 
-N concurrent streaming clients send greedy completions (EOS ignored, so every
-completed request has the same length) until a request count or a time limit
+N concurrent streaming clients send greedy completions, or with `--chat` chat
+completions of the prompt as one user message (EOS ignored, so every completed
+request has the same length) until a request count or a time limit
 is reached. Every answer must be a completed stream or a 429; every completed
 text must equal what a single client got for the same prompt first. The run is
 written as a record (`.json` and `.md`) under docs/benchmark_results/.
@@ -83,10 +84,11 @@ def require_loopback(url: str) -> None:
         raise SystemExit(f"error: the load test only targets loopback servers, not {host!r}")
 
 
-def completion_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+def completion_body(model: str, prompt: str, max_tokens: int, chat: bool) -> dict[str, Any]:
+    text = {"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}
     return {
         "model": model,
-        "prompt": prompt,
+        **text,
         "max_tokens": max_tokens,
         "temperature": 0,
         "ignore_eos": True,
@@ -96,13 +98,19 @@ def completion_body(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
 
 
 async def stream_once(
-    http: httpx.AsyncClient, model: str, prompts: Sequence[str], index: int, max_tokens: int
+    http: httpx.AsyncClient,
+    model: str,
+    prompts: Sequence[str],
+    index: int,
+    max_tokens: int,
+    chat: bool = False,
 ) -> Outcome:
     started = time.perf_counter()
-    body = completion_body(model, prompts[index], max_tokens)
+    body = completion_body(model, prompts[index], max_tokens, chat)
     outcome = Outcome(prompt=index, status=0, latency_s=0.0)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
     try:
-        async with http.stream("POST", "/v1/completions", json=body) as response:
+        async with http.stream("POST", path, json=body) as response:
             outcome.status = response.status_code
             if response.status_code != 200:
                 await response.aread()
@@ -126,19 +134,20 @@ async def read_events(response: httpx.Response, outcome: Outcome, started: float
             outcome.status = 499 if payload["error"].get("code") == "cancelled" else 500
             outcome.error = payload["error"]["message"]
         for choice in payload.get("choices") or []:
-            if choice["text"] and outcome.first_token_s is None:
+            text = choice["delta"].get("content") or "" if "delta" in choice else choice["text"]
+            if text and outcome.first_token_s is None:
                 outcome.first_token_s = time.perf_counter() - started
-            outcome.text += choice["text"]
+            outcome.text += text
         if payload.get("usage"):
             outcome.tokens = payload["usage"]["completion_tokens"]
 
 
 async def reference_texts(
-    http: httpx.AsyncClient, model: str, prompts: Sequence[str], max_tokens: int
+    http: httpx.AsyncClient, model: str, prompts: Sequence[str], max_tokens: int, chat: bool
 ) -> list[str]:
     texts = []
     for index in range(len(prompts)):
-        outcome = await stream_once(http, model, prompts, index, max_tokens)
+        outcome = await stream_once(http, model, prompts, index, max_tokens, chat)
         if outcome.status != 200:
             raise SystemExit(f"error: the reference request failed: {outcome.error}")
         texts.append(outcome.text)
@@ -153,6 +162,7 @@ async def run_clients(
     requests: int,
     duration_s: float,
     max_tokens: int,
+    chat: bool,
 ) -> tuple[list[Outcome], float]:
     issued = 0
     outcomes: list[Outcome] = []
@@ -164,7 +174,7 @@ async def run_clients(
         while issued < requests and time.perf_counter() < deadline:
             index = issued % len(prompts)
             issued += 1
-            outcome = await stream_once(http, model, prompts, index, max_tokens)
+            outcome = await stream_once(http, model, prompts, index, max_tokens, chat)
             outcomes.append(outcome)
             if outcome.status == 429:  # back off as asked, as a polite client would
                 await asyncio.sleep(min(outcome.retry_after_s or 1.0, 10.0))
@@ -260,6 +270,7 @@ async def run_load(
     api_key: str | None = None,
     prompts: Sequence[str] = PROMPTS,
     model: str | None = None,
+    chat: bool = False,
 ) -> LoadReport:
     require_loopback(url)
     clients = min(clients, MAX_CLIENTS)
@@ -277,9 +288,9 @@ async def run_load(
         health = answer.json() if answer.status_code == 200 and json_health else {}
         if model is None:
             model = (await http.get("/v1/models")).json()["data"][0]["id"]
-        references = await reference_texts(http, model, prompts, max_tokens)
+        references = await reference_texts(http, model, prompts, max_tokens, chat)
         outcomes, wall_s = await run_clients(
-            http, model, prompts, clients, requests, duration_s, max_tokens
+            http, model, prompts, clients, requests, duration_s, max_tokens, chat
         )
     server = {k: health.get(k) for k in ("model", "backend", "blas", "context_length")}
     server["load_average_1m_at_start"] = load_at_start
@@ -360,6 +371,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=64, help=f"total, at most {MAX_REQUESTS}")
     parser.add_argument("--duration-s", type=float, default=240.0, help="stop issuing after this")
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument(
+        "--chat", action="store_true", help="chat completions, each prompt one user message"
+    )
     parser.add_argument("--api-key", default=os.environ.get("DRAFTWISE_API_KEY"))
     parser.add_argument("--output", type=Path, help="record path without suffix (.json and .md)")
     return parser.parse_args(argv)
@@ -369,7 +383,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     report = asyncio.run(
         run_load(
-            args.url, args.clients, args.requests, args.duration_s, args.max_tokens, args.api_key
+            args.url,
+            args.clients,
+            args.requests,
+            args.duration_s,
+            args.max_tokens,
+            args.api_key,
+            chat=args.chat,
         )
     )
     command = "python -m server.tooling.loadtest " + " ".join(

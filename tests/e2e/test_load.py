@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
-from server.tooling.loadtest import run_load, write_record
+from server.tooling.loadtest import run_load, stream_once, write_record
 from tests.e2e.conftest import API_KEY
 from tests.e2e.serverproc import ServerProcess
 
@@ -35,6 +37,51 @@ def test_concurrent_streaming_clients_all_complete_with_the_single_client_text(
     json_path, md_path = write_record(report, tmp_path / "load-test", "test")
     assert json.loads(json_path.read_text())["counts_by_status"] == report.counts_by_status
     assert "Identity" in md_path.read_text()
+
+
+def test_chat_clients_stream_the_same_text_a_single_chat_client_gets(
+    server: ServerProcess,
+) -> None:
+    report = asyncio.run(
+        run_load(
+            server.base_url,
+            clients=3,
+            requests=6,
+            duration_s=60,
+            max_tokens=6,
+            api_key=API_KEY,
+            prompts=("Say hi.", "Name a colour."),
+            chat=True,
+        )
+    )
+    assert report.ok, report.problems
+    assert report.counts_by_status == {"200": 6}
+    assert report.completed_tokens == 6 * 6  # each streamed its usage, every text compared
+    assert report.identity["all_identical"] and report.identity["checked"] == 6
+    streamed = asyncio.run(chat_stream(server, "Say hi."))
+    body = {"model": streamed.model, "messages": [{"role": "user", "content": "Say hi."}]}
+    answer = httpx.post(
+        server.base_url + "/v1/chat/completions",
+        json=body | {"max_tokens": 6, "temperature": 0, "ignore_eos": True},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=60,
+    ).json()
+    assert streamed.text == answer["choices"][0]["message"]["content"]
+
+
+@dataclass
+class Streamed:
+    model: str
+    text: str
+
+
+async def chat_stream(server: ServerProcess, prompt: str) -> Streamed:
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    async with httpx.AsyncClient(base_url=server.base_url, headers=headers) as http:
+        model = (await http.get("/v1/models")).json()["data"][0]["id"]
+        outcome = await stream_once(http, model, (prompt,), 0, 6, chat=True)
+    assert outcome.status == 200 and outcome.tokens == 6
+    return Streamed(model, outcome.text)
 
 
 def test_the_load_test_refuses_a_server_that_is_not_on_loopback() -> None:
