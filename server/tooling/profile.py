@@ -20,6 +20,12 @@ involuntary context switches (`round_cpu_ms`, `round_preempted`): a slow round w
 usual CPU time and a switch was the host taking the thread away, not more work.
 `--warm-up` runs the server's startup warm-up first, to check steadiness as served.
 Output is a table, or with `--json` one JSON object per width.
+
+`--batch N` times batched classic steps instead: N requests decoded together one token
+a step, as a loaded server decodes a batch the width control keeps classic, by the
+speculative engine (its drafter's context features kept every step) and by a classic
+engine loaded beside it (`--draft-model none`), in alternating passes: what a
+speculative server pays per classic step at that batch size.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import resource
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +150,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--cache-dir", type=Path, default=None)
     parser.add_argument("--json", action="store_true", help="one JSON object per width")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=0,
+        help="time batched classic steps of N requests instead, the speculative engine's "
+        "against a classic engine's (--repeats passes each, --max-tokens steps a pass)",
+    )
     parser.set_defaults(func=run_profile)
     return parser
 
@@ -160,6 +173,8 @@ def widths_of(text: str) -> list[int]:
 
 def run_profile(args: argparse.Namespace) -> int:
     widths = widths_of(args.width)
+    if args.batch < 0 or args.batch == 1:
+        raise SystemExit(f"error: invalid --batch {args.batch}: 2 or more requests (0: off)")
     import structlog  # log lines to stderr: stdout carries the results (JSON lines)
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
@@ -192,6 +207,12 @@ def run_profile(args: argparse.Namespace) -> int:
         if value != "auto"
     }
     loaded.engine.use(**chosen)
+    if args.batch:
+        classic = load_engine(replace(options, draft_model="none")).engine
+        classic.use(**chosen)
+        steps = profile_batch(loaded.engine, classic, args, loaded.device.backend)
+        print(json.dumps(asdict(steps)) if args.json else batch_row(steps), flush=True)
+        return 0
     attention, linear = loaded.engine.attention, loaded.engine.linear
     loaded.engine.reserve_kv = args.kv == "reserved"
     # After the attention and linear choices, as the server warms what it will serve.
@@ -367,6 +388,67 @@ def profile_width(
         round_keys=pooled.keys,
         round_cpu_ms=[round(1000 * t, 3) for t in pooled.cpu],
         round_preempted=pooled.preempted,
+    )
+
+
+@dataclass
+class BatchSteps:
+    """Batched classic steps: each pass's median step, per engine, passes alternating."""
+
+    batch: int
+    steps: int  # timed steps a pass
+    backend: str
+    speculative_ms: list[float]
+    classic_ms: list[float]
+
+
+def batch_step_times(engine: Any, prompts: list[list[int]], steps: int) -> list[float]:
+    """Seconds of each classic step over `prompts` decoded together by `engine`."""
+    from drafter.batch import BatchDecoder, unqueue
+    from drafter.decoding import GenerationStats
+    from drafter.sampling import SamplingParams
+
+    decoder = BatchDecoder(engine)
+    sequences = [
+        decoder.start(prompt, steps + 2, SamplingParams(), GenerationStats(), ignore_eos=True)
+        for prompt in prompts
+    ]
+    for sequence in sequences:
+        while sequence.prefill is not None:
+            decoder.advance_prefill(sequence)
+    times = []
+    for _ in range(steps):
+        began = time.perf_counter()
+        decoder.step(sequences, 1)
+        times.append(time.perf_counter() - began)
+    decoder.release()
+    for sequence in sequences:
+        unqueue(sequence)
+    return times
+
+
+def profile_batch(
+    speculative: Any, classic: Any, args: argparse.Namespace, backend: str
+) -> BatchSteps:
+    # Distinct prompts, so no request starts from another's cached prefix.
+    texts = [f"{i}. {args.prompt}" for i in range(args.batch)]
+    prompts = [speculative.tokenizer.encode(text) for text in texts]
+    result = BatchSteps(args.batch, args.max_tokens, backend, [], [])
+    for engine in (speculative, classic):  # warm: each engine's first batch builds kernels
+        batch_step_times(engine, prompts, 8)
+    for _ in range(args.repeats):
+        for engine, passes in ((speculative, result.speculative_ms), (classic, result.classic_ms)):
+            times = batch_step_times(engine, prompts, args.max_tokens)
+            passes.append(round(1000 * statistics.median(times), 3))
+    return result
+
+
+def batch_row(b: BatchSteps) -> str:
+    spec, classic = statistics.median(b.speculative_ms), statistics.median(b.classic_ms)
+    return (
+        f"batch {b.batch} [{b.backend}], classic steps, median ms per pass of {b.steps}: "
+        f"speculative engine {b.speculative_ms}, classic engine {b.classic_ms} "
+        f"({spec / classic:.3f}x by medians)"
     )
 
 

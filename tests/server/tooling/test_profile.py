@@ -55,6 +55,24 @@ def test_profile_json_gives_one_object_per_width_with_the_named_fields(tmp_path:
         assert all(n >= 0 for n in row["round_preempted"])
 
 
+def test_profile_batch_times_classic_steps_of_both_engines_in_alternating_passes(
+    tmp_path: Path,
+) -> None:
+    command = [*profile_command(tmp_path, "2", 6), "--batch", "3", "--repeats", "2"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (row,) = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert (row["batch"], row["steps"], row["backend"]) == (3, 6, "cpu")
+    assert len(row["speculative_ms"]) == len(row["classic_ms"]) == 2
+    assert all(ms > 0 for ms in row["speculative_ms"] + row["classic_ms"])
+
+
+def test_profile_batch_of_one_request_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    command = [*profile_command(tmp_path, "2", 6), "--batch", "1"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "invalid --batch 1" in result.stderr
+
+
 def test_profile_with_a_bad_blas_setting_stops_naming_it_before_loading_anything(
     tmp_path: Path,
 ) -> None:
