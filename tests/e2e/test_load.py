@@ -4,31 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
 
-from server.tooling.loadtest import run_load, stream_once, write_record
+from server.tooling.loadtest import LoadReport, run_load, stream_once, write_record
 from tests.e2e.conftest import API_KEY
 from tests.e2e.serverproc import ServerProcess
+
+
+def load(
+    server: ServerProcess,
+    clients: int,
+    requests: int,
+    tokens: int,
+    *prompts: str,
+    chat: bool = False,
+) -> LoadReport:
+    """A bounded run of the load test against the real server."""
+    return asyncio.run(
+        run_load(server.base_url, clients, requests, 60, tokens, API_KEY, prompts, chat=chat)
+    )
 
 
 def test_concurrent_streaming_clients_all_complete_with_the_single_client_text(
     server: ServerProcess, tmp_path: Path
 ) -> None:
-    report = asyncio.run(
-        run_load(
-            server.base_url,
-            clients=4,
-            requests=12,
-            duration_s=60,
-            max_tokens=8,
-            api_key=API_KEY,
-            prompts=("ab", "def f(x):", "hello"),
-        )
-    )
+    report = load(server, 4, 12, 8, "ab", "def f(x):", "hello")
     assert report.ok, report.problems
     assert report.requests == 12
     assert set(report.counts_by_status) <= {"200", "429"}
@@ -42,46 +45,31 @@ def test_concurrent_streaming_clients_all_complete_with_the_single_client_text(
 def test_chat_clients_stream_the_same_text_a_single_chat_client_gets(
     server: ServerProcess,
 ) -> None:
-    report = asyncio.run(
-        run_load(
-            server.base_url,
-            clients=3,
-            requests=6,
-            duration_s=60,
-            max_tokens=6,
-            api_key=API_KEY,
-            prompts=("Say hi.", "Name a colour."),
-            chat=True,
-        )
-    )
+    report = load(server, 3, 6, 6, "Say hi.", "Name a colour.", chat=True)
     assert report.ok, report.problems
     assert report.counts_by_status == {"200": 6}
     assert report.completed_tokens == 6 * 6  # each streamed its usage, every text compared
     assert report.identity["all_identical"] and report.identity["checked"] == 6
-    streamed = asyncio.run(chat_stream(server, "Say hi."))
-    body = {"model": streamed.model, "messages": [{"role": "user", "content": "Say hi."}]}
+    # what a chat client streams is the chat answer, not a raw completion of the prompt
+    model, streamed = asyncio.run(chat_stream(server, "Say hi."))
+    body = {"model": model, "messages": [{"role": "user", "content": "Say hi."}]}
     answer = httpx.post(
         server.base_url + "/v1/chat/completions",
         json=body | {"max_tokens": 6, "temperature": 0, "ignore_eos": True},
         headers={"Authorization": f"Bearer {API_KEY}"},
         timeout=60,
     ).json()
-    assert streamed.text == answer["choices"][0]["message"]["content"]
+    assert streamed == answer["choices"][0]["message"]["content"]
 
 
-@dataclass
-class Streamed:
-    model: str
-    text: str
-
-
-async def chat_stream(server: ServerProcess, prompt: str) -> Streamed:
+async def chat_stream(server: ServerProcess, prompt: str) -> tuple[str, str]:
+    """The served model's id and the text one streaming chat client gets for `prompt`."""
     headers = {"Authorization": f"Bearer {API_KEY}"}
     async with httpx.AsyncClient(base_url=server.base_url, headers=headers) as http:
         model = (await http.get("/v1/models")).json()["data"][0]["id"]
         outcome = await stream_once(http, model, (prompt,), 0, 6, chat=True)
     assert outcome.status == 200 and outcome.tokens == 6
-    return Streamed(model, outcome.text)
+    return model, outcome.text
 
 
 def test_the_load_test_refuses_a_server_that_is_not_on_loopback() -> None:
