@@ -6,7 +6,8 @@
 # of drafter/ policy/ server/, carried) gets this checkout's default drafter weights
 # where it has none. CLIENTS (8,32), PASSES (3), DURATION_S (20), WARM_S (5), MAX_TOKENS
 # (128), PROMPTS (a prompts file; default the load test's own), SERVE_ARGS (to every
-# arm), MLX_LM (1: add the mlx_lm.server arm), CHAT (1: chat completions), SWEEP_T (seconds, 560).
+# arm), MLX_LM (1: add the mlx_lm.server arm), CHAT (1: chat completions), SWEEP_T
+# (seconds, 560).
 . scripts/h200/setup.sh
 bf16_target > /dev/null  # converted once, before several servers want it
 IFS=';' read -ra arms <<< "${ARMS:-spec=;classic=--draft-model none}"

@@ -404,7 +404,7 @@ class BatchSteps:
 
 def batch_step_times(engine: Any, prompts: list[list[int]], steps: int) -> list[float]:
     """Seconds of each classic step over `prompts` decoded together by `engine`."""
-    from drafter.batch import BatchDecoder, unqueue
+    from drafter.batch import BatchDecoder
     from drafter.decoding import GenerationStats
     from drafter.sampling import SamplingParams
 
@@ -421,9 +421,7 @@ def batch_step_times(engine: Any, prompts: list[list[int]], steps: int) -> list[
         began = time.perf_counter()
         decoder.step(sequences, 1)
         times.append(time.perf_counter() - began)
-    decoder.release()
-    for sequence in sequences:
-        unqueue(sequence)
+    decoder.release()  # drops the batch's queued forward: no sequence queues its own
     return times
 
 
